@@ -1,0 +1,32 @@
+# One command to run, one to test. Both create .venv on first use.
+# torch is pinned: on the CPU-only machines this project is developed on, that pin
+# resolves to a local CPU wheel, whereas an unpinned torch pulls several GB of CUDA packages.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+TORCH   ?= torch==2.13.0
+SCENARIO ?= scenarios/quick_synthetic.toml
+
+.PHONY: run test lint bench clean
+
+$(BIN)/simfl-installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+run: $(BIN)/simfl-installed
+	$(BIN)/python -m simfl $(SCENARIO) --overwrite
+	$(BIN)/python -m simfl plot results/$(notdir $(basename $(SCENARIO)))
+
+test: $(BIN)/simfl-installed
+	$(BIN)/ruff check simfl tests bench
+	$(BIN)/mypy simfl
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/simfl-installed
+	$(BIN)/python bench/train_cohort.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,62 @@
+"""Packed federated storage: one tensor of samples plus per-client offsets.
+
+Client k owns rows ``offsets[k]:offsets[k + 1]`` of ``x`` and ``y``, so a cohort
+is gathered with one vectorised index, never a Python loop over samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """Samples of K clients packed together."""
+
+    x: torch.Tensor  # (N, *input_shape) float32, standardised
+    y: torch.Tensor  # (N,) int64 class labels
+    offsets: np.ndarray  # (K + 1,) int64, offsets[0] = 0, offsets[K] = N
+    client_ids: np.ndarray  # (K,) str, e.g. LEAF writer ids
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def num_samples(self) -> np.ndarray:
+        """(K,) samples per client."""
+        return np.diff(self.offsets)
+
+    def rows(self, client_idx: np.ndarray) -> np.ndarray:
+        """Row indices of the given clients' samples, concatenated in the given order."""
+        client_idx = np.asarray(client_idx, dtype=np.int64)
+        starts = self.offsets[client_idx]
+        counts = self.offsets[client_idx + 1] - starts
+        # Position within each client's block, without a loop over clients.
+        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.repeat(starts, counts) + within
+
+    def subset(self, client_idx: np.ndarray) -> ClientData:
+        """A new ClientData holding only the given clients (in that order)."""
+        client_idx = np.asarray(client_idx, dtype=np.int64)
+        rows = torch.from_numpy(self.rows(client_idx))
+        counts = self.num_samples[client_idx]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return ClientData(self.x[rows], self.y[rows], offsets, self.client_ids[client_idx])
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    """Training devices and unseen test devices of one federated dataset."""
+
+    name: str
+    train: ClientData  # training devices (their local data)
+    test: ClientData  # unseen test devices, never trained on
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train.x.shape[1:])

@@ -1,0 +1,200 @@
+"""Scenario files: TOML -> frozen, validated dataclasses.
+
+A scenario is data, not code. :func:`load_scenario` rejects unknown keys (naming
+the nearest valid one), wrong types and out-of-range values with an
+:class:`~simfl.errors.InputError` before any work is done. Only ``run.py`` sees
+the whole :class:`Scenario`; every other module gets the section it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from simfl.errors import InputError
+
+Check = tuple[Callable[[Any], bool], str]
+
+
+def _f(default: Any, check: Check | None = None) -> Any:
+    """A dataclass field with a default and an optional (predicate, message) range check."""
+    if isinstance(default, list | dict) or dataclasses.is_dataclass(default):
+        factory = default if callable(default) else (lambda: default)
+        return field(default_factory=factory, metadata={"check": check})
+    return field(default=default, metadata={"check": check})
+
+
+POSITIVE: Check = (lambda v: v > 0, "must be > 0")
+NON_NEGATIVE: Check = (lambda v: v >= 0, "must be >= 0")
+FRACTION_OPEN: Check = (lambda v: 0 < v < 1, "must be in (0, 1)")
+THETA: Check = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """LEAF's synthetic(alpha, beta) generator (Li et al., FedProx, 2020)."""
+
+    num_clients: int = _f(100, POSITIVE)
+    alpha: float = _f(1.0, NON_NEGATIVE)  # model heterogeneity across clients
+    beta: float = _f(1.0, NON_NEGATIVE)  # feature heterogeneity across clients
+    dim: int = _f(60, POSITIVE)
+    num_classes: int = _f(10, (lambda v: v >= 2, "must be >= 2"))
+    min_samples: int = _f(50, POSITIVE)  # per client; LEAF adds 50 to a lognormal draw
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: Literal["synthetic", "femnist", "leaf"] = "synthetic"
+    # femnist: the .npz file; leaf: a directory of LEAF json shards. Empty = the
+    # default location under $SIMFL_DATA_DIR (femnist/femnist_writers.npz).
+    path: str = ""
+    min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
+    test_client_fraction: float = _f(0.5, FRACTION_OPEN)  # writer-level split: unseen test devices
+    max_clients: int = _f(0, NON_NEGATIVE)  # subsample this many writers (0 = all)
+    synthetic: SyntheticConfig = _f(SyntheticConfig)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: Literal["linear", "convnet"] = "linear"
+    l2: float = _f(0.0, NON_NEGATIVE)  # (l2 / 2) * ||w||^2 added to every local loss
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    local_epochs: int = _f(1, POSITIVE)
+    batch_size: int = _f(32, POSITIVE)
+    lr: float = _f(0.1, POSITIVE)
+    lr_decay_every: int = _f(0, NON_NEGATIVE)  # rounds between decays (0 = constant lr)
+    lr_decay_factor: float = _f(0.5, POSITIVE)
+    prox_mu: float = _f(0.0, NON_NEGATIVE)  # FedProx: (mu / 2) * ||w - w_t||^2
+    backend: Literal["auto", "batched", "loop"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "cpu"
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    name: Literal["fedavg", "deltafl"] = "fedavg"
+    theta: float = _f(0.5, THETA)  # Delta-FL: keep the clients in the top-theta loss tail
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    num_rounds: int = _f(100, POSITIVE)
+    clients_per_round: int = _f(10, POSITIVE)
+    round_duration_s: float = _f(60.0, NON_NEGATIVE)  # simulated seconds per round
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = _f(10, POSITIVE)  # rounds between evaluations of every device (and at the end)
+    batch_size: int = _f(4096, POSITIVE)  # samples per forward pass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str = ""  # defaults to the file's stem; names the results folder
+    seed: int = _f(0, NON_NEGATIVE)
+    data: DataConfig = _f(DataConfig)
+    model: ModelConfig = _f(ModelConfig)
+    train: TrainConfig = _f(TrainConfig)
+    aggregator: AggregatorConfig = _f(AggregatorConfig)
+    server: ServerConfig = _f(ServerConfig)
+    eval: EvalConfig = _f(EvalConfig)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raise InputError naming the file and key."""
+    path = Path(path)
+    try:
+        table = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: scenario file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read scenario file ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: invalid TOML: {e}") from None
+    scenario = from_dict(table, source=str(path))
+    if not scenario.name:
+        scenario = dataclasses.replace(scenario, name=path.stem)
+    return scenario
+
+
+def from_dict(table: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    """Build a validated Scenario from a parsed TOML table."""
+    return _build(Scenario, table, "", source)
+
+
+def to_dict(scenario: Scenario) -> dict[str, Any]:
+    """The resolved scenario as plain data (for manifest.json)."""
+    return dataclasses.asdict(scenario)
+
+
+def _build(cls: type, table: Any, where: str, source: str) -> Any:
+    if not isinstance(table, dict):
+        raise InputError(f"{source}: [{where.rstrip('.')}] must be a table")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in table:
+        if key not in names:
+            near = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean '{where}{near[0]}'?)" if near else ""
+            raise InputError(f"{source}: unknown key '{where}{key}'{hint}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in table:
+            continue
+        key = f"{where}{f.name}"
+        value = _convert(hints[f.name], table[f.name], key, source)
+        check = f.metadata.get("check")
+        if check is not None and not check[0](value):
+            raise InputError(f"{source}: '{key}' = {value!r} {check[1]}")
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, key: str, source: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(typing.cast(type, hint), value, f"{key}.", source)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise InputError(f"{source}: '{key}' = {value!r} must be one of {list(choices)}")
+        return value
+    if origin is tuple:
+        (item,) = typing.get_args(hint)[:1]
+        if not isinstance(value, list):
+            raise InputError(f"{source}: '{key}' must be an array")
+        return tuple(_convert(item, v, f"{key}[{i}]", source) for i, v in enumerate(value))
+    if origin in (types.UnionType, typing.Union):
+        raise TypeError(f"scenario field {key}: union types are not supported")
+    return _scalar(hint, value, key, source)
+
+
+def _scalar(hint: Any, value: Any, key: str, source: str) -> Any:
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(hint)
+    if ok is None:
+        raise TypeError(f"scenario field {key}: unsupported type {hint}")
+    if not ok:
+        raise InputError(
+            f"{source}: '{key}' must be {hint.__name__}, got {type(value).__name__} {value!r}"
+        )
+    if hint is float:
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InputError(f"{source}: '{key}' must be a finite number")
+    return value
