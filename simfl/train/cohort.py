@@ -1,0 +1,173 @@
+"""Local training of a cohort of clients: minibatch SGD from the global model.
+
+``train_cohort`` runs τ local epochs of minibatch SGD on each of K clients and
+returns their model deltas. Two backends share one signature and one loss:
+
+* ``batched``: all clients at once with ``torch.func`` (``functional_call`` +
+  ``vmap`` + ``grad``, as in PyTorch's model-ensembling tutorial). Ragged
+  clients are padded and masked; clients are sorted by their number of steps so
+  that step s only computes the clients still running (a prefix).
+* ``loop``: one client after the other; the reference and debugger.
+
+Sample orders are drawn outside ``vmap`` from one explicit ``torch.Generator``
+per client (seeded by the caller), so both backends see identical minibatches.
+FedProx's proximal term (Li et al., MLSys 2020) and ℓ2 regularisation are part
+of the local objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from simfl.data.packed import ClientData
+from simfl.train.models import ParamLayout
+
+Backend = Literal["auto", "batched", "loop"]
+
+
+@dataclass(frozen=True)
+class TrainHParams:
+    local_epochs: int
+    batch_size: int
+    lr: float
+    l2: float = 0.0  # (l2 / 2) ||w||^2
+    prox_mu: float = 0.0  # (mu / 2) ||w - w_t||^2
+    backend: Backend = "auto"
+
+
+@dataclass(frozen=True)
+class CohortResult:
+    deltas: torch.Tensor  # (K, P) local model minus global model
+    num_examples: np.ndarray  # (K,) local samples
+    train_losses: np.ndarray  # (K,) mean minibatch loss over the local steps
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Every client's minibatches: ``rows[k, s, :]`` are rows of the packed cohort data."""
+
+    rows: torch.Tensor  # (K, S, B) int64; padded entries point at row 0
+    mask: torch.Tensor  # (K, S, B) bool, True for real samples
+    num_steps: np.ndarray  # (K,) steps per client = epochs * ceil(n_k / B)
+
+
+def plan_batches(
+    num_samples: np.ndarray, epochs: int, batch_size: int, seeds: Sequence[int]
+) -> BatchPlan:
+    """Shuffle each client's samples every epoch (its own generator) and cut minibatches."""
+    num_samples = np.asarray(num_samples, dtype=np.int64)
+    steps_per_epoch = -(-num_samples // batch_size)
+    num_steps = epochs * steps_per_epoch
+    offsets = np.concatenate([[0], np.cumsum(num_samples)])
+    k_total, s_max = len(num_samples), int(num_steps.max(initial=0))
+    rows = torch.zeros(k_total, s_max * batch_size, dtype=torch.int64)
+    mask = torch.zeros(k_total, s_max * batch_size, dtype=torch.bool)
+    for k, (n, seed) in enumerate(zip(num_samples.tolist(), seeds, strict=True)):
+        generator = torch.Generator().manual_seed(int(seed))
+        span = steps_per_epoch[k] * batch_size
+        for e in range(epochs):
+            start = e * span
+            rows[k, start : start + n] = offsets[k] + torch.randperm(n, generator=generator)
+            mask[k, start : start + n] = True
+    shape = (k_total, s_max, batch_size)
+    return BatchPlan(rows.view(shape), mask.view(shape), num_steps)
+
+
+def _make_loss(model: nn.Module, layout: ParamLayout, hp: TrainHParams):  # noqa: ANN202
+    def loss_fn(flat, x, y, mask, global_flat):  # noqa: ANN001, ANN202
+        logits = functional_call(model, layout.unflatten(flat), (x,))
+        per_sample = nn.functional.cross_entropy(logits, y, reduction="none")
+        weights = mask.to(per_sample.dtype)
+        data_loss = (per_sample * weights).sum() / weights.sum().clamp(min=1)
+        reg = 0.5 * hp.l2 * (flat * flat).sum()
+        reg = reg + 0.5 * hp.prox_mu * ((flat - global_flat) ** 2).sum()
+        return data_loss + reg, data_loss
+
+    return loss_fn
+
+
+def train_cohort(
+    model: nn.Module,
+    global_params: torch.Tensor,
+    clients: ClientData,
+    hparams: TrainHParams,
+    seeds: Sequence[int],
+) -> CohortResult:
+    """Local SGD on each client of ``clients`` from ``global_params`` (P,).
+
+    Args:
+        model: defines the architecture; its own parameters are ignored.
+        global_params: (P,) flat global model, on the device and dtype to train in.
+        clients: the cohort's packed data (K clients), on the same device.
+        hparams: local epochs, batch size, learning rate, regularisation, backend.
+        seeds: one shuffle seed per client (from the run's named streams).
+    """
+    plan = plan_batches(clients.num_samples, hparams.local_epochs, hparams.batch_size, seeds)
+    backend = choose_backend(hparams.backend, model, global_params.device)
+    run = _train_batched if backend == "batched" else _train_loop
+    deltas, train_losses = run(model, global_params, clients, hparams, plan)
+    return CohortResult(deltas, clients.num_samples.copy(), train_losses)
+
+
+def choose_backend(backend: Backend, model: nn.Module, device: torch.device) -> str:
+    """``auto``: batched on a GPU, and on a CPU for models without convolutions.
+
+    On a CPU, ``vmap`` turns each convolution into a grouped convolution, which
+    is about twice as slow as the per-client loop (measured in bench/train_cohort.py).
+    """
+    if backend != "auto":
+        return backend
+    has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    return "loop" if device.type == "cpu" and has_conv else "batched"
+
+
+def _train_loop(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202
+    layout = ParamLayout.of(model)
+    grad_fn = grad(_make_loss(model, layout, hp), has_aux=True)
+    x, y = clients.x, clients.y.to(global_params.device)
+    deltas = torch.empty(len(plan.num_steps), layout.numel, dtype=global_params.dtype,
+                         device=global_params.device)
+    train_losses = np.zeros(len(plan.num_steps))
+    for k, steps in enumerate(plan.num_steps.tolist()):
+        params = global_params.clone()
+        total = torch.zeros((), dtype=global_params.dtype, device=global_params.device)
+        for s in range(steps):
+            rows = plan.rows[k, s][plan.mask[k, s]].to(global_params.device)
+            ones = torch.ones(len(rows), dtype=torch.bool, device=global_params.device)
+            g, data_loss = grad_fn(params, x[rows].to(params.dtype), y[rows], ones, global_params)
+            params -= hp.lr * g
+            total += data_loss.detach()
+        deltas[k] = params - global_params
+        train_losses[k] = total.item() / max(steps, 1)
+    return deltas, train_losses
+
+
+def _train_batched(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202
+    layout = ParamLayout.of(model)
+    step_grad = vmap(grad(_make_loss(model, layout, hp), has_aux=True), in_dims=(0, 0, 0, 0, None))
+    device, dtype = global_params.device, global_params.dtype
+    order = np.argsort(-plan.num_steps, kind="stable")  # running clients form a prefix
+    steps_sorted = plan.num_steps[order]
+    rows = plan.rows[torch.from_numpy(order)].to(device)
+    mask = plan.mask[torch.from_numpy(order)].to(device)
+    x, y = clients.x, clients.y.to(device)
+    params = global_params.expand(len(order), -1).clone()  # (K, P)
+    totals = torch.zeros(len(order), dtype=dtype, device=device)
+    for s in range(int(steps_sorted.max(initial=0))):
+        m = int((steps_sorted > s).sum())
+        step_rows = rows[:m, s]  # (m, B)
+        xb = x[step_rows.flatten()].to(dtype).view(*step_rows.shape, *x.shape[1:])
+        g, data_loss = step_grad(params[:m], xb, y[step_rows], mask[:m, s], global_params)
+        params[:m] -= hp.lr * g
+        totals[:m] += data_loss
+    inverse = torch.from_numpy(np.argsort(order)).to(device)
+    deltas = (params - global_params)[inverse]
+    train_losses = (totals[inverse].cpu().numpy() / np.maximum(plan.num_steps, 1))
+    return deltas, train_losses

@@ -1,0 +1,102 @@
+"""The two models of the Δ-FL experiments, and flat-vector views of their parameters.
+
+Both follow Laguel, Pillutla, Malick, Harchaoui, "A Superquantile Approach to
+Federated Learning with Heterogeneous Devices" (CISS 2021; long version
+arXiv:2112.09429): a linear softmax model with ℓ2 regularisation and a small
+ConvNet. Models are plain ``nn.Module`` definitions; training evaluates them
+functionally (``torch.func.functional_call``) from a flat parameter vector, so
+a client update is a vector of P numbers and a cohort's updates one (K, P) tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+class LinearSoftmax(nn.Module):
+    """Multinomial logistic regression: flatten, then one affine map to the logits."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(math.prod(input_shape), num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(start_dim=1))
+
+
+class ConvNet(nn.Module):
+    """The Δ-FL reference ConvNet for 28×28 images (115,646 parameters with 62 classes).
+
+    conv 1→32 5×5, ReLU, max-pool 2; conv 32→64 5×5, ReLU, max-pool 2;
+    linear 1024→62 (no padding: 28 → 24 → 12 → 8 → 4, and 64·4·4 = 1024).
+    """
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+        super().__init__()
+        if tuple(input_shape) != (1, 28, 28):
+            raise ValueError(f"ConvNet needs (1, 28, 28) images, got {input_shape}")
+        self.conv1 = nn.Conv2d(1, 32, 5)
+        self.conv2 = nn.Conv2d(32, 64, 5)
+        self.fc = nn.Linear(1024, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(start_dim=1))
+
+
+MODELS = {"linear": LinearSoftmax, "convnet": ConvNet}
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return MODELS[name](input_shape, num_classes)
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """Names and shapes of a module's parameters, in a fixed order, for flat vectors."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @staticmethod
+    def of(module: nn.Module) -> ParamLayout:
+        named = list(module.named_parameters())
+        return ParamLayout(tuple(n for n, _ in named), tuple(tuple(p.shape) for _, p in named))
+
+    @property
+    def numel(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views of ``flat`` (..., P) as a dict of (..., *shape) tensors."""
+        lead = flat.shape[:-1]
+        sizes = [math.prod(s) for s in self.shapes]
+        parts = torch.split(flat, sizes, dim=-1)
+        return {
+            n: p.reshape(*lead, *s) for n, p, s in zip(self.names, parts, self.shapes, strict=True)
+        }
+
+    def flatten(self, params: dict[str, torch.Tensor], lead_dims: int = 0) -> torch.Tensor:
+        """The inverse of :meth:`unflatten`: (..., P) from a dict of (..., *shape)."""
+        return torch.cat([params[n].flatten(start_dim=lead_dims) for n in self.names], dim=-1)
+
+
+def initial_params(module: nn.Module, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """A flat (P,) parameter vector from PyTorch's default initialisation, seeded explicitly."""
+    generator = torch.Generator().manual_seed(seed)
+    layout = ParamLayout.of(module)
+    flat = []
+    for name, shape in zip(layout.names, layout.shapes, strict=True):
+        # PyTorch's default Conv/Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+        # weights (kaiming_uniform with a = sqrt(5)) and biases alike.
+        module_name = name.rsplit(".", 1)[0]
+        weight = module.get_submodule(module_name).weight
+        fan_in = math.prod(weight.shape[1:])
+        bound = 1.0 / math.sqrt(fan_in)
+        flat.append((torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
+    return torch.cat([p.flatten() for p in flat]).to(dtype)
