@@ -80,15 +80,22 @@ def plan_batches(
     return BatchPlan(rows.view(shape), mask.view(shape), num_steps)
 
 
-def _make_loss(model: nn.Module, layout: ParamLayout, hp: TrainHParams):  # noqa: ANN202
-    def loss_fn(flat, x, y, mask, global_flat):  # noqa: ANN001, ANN202
-        logits = functional_call(model, layout.unflatten(flat), (x,))
+def _make_loss(model: nn.Module, hp: TrainHParams):  # noqa: ANN202
+    """The local objective of one client on one minibatch; params are a name -> tensor dict."""
+
+    def loss_fn(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
+        logits = functional_call(model, params, (x,))
         per_sample = nn.functional.cross_entropy(logits, y, reduction="none")
         weights = mask.to(per_sample.dtype)
         data_loss = (per_sample * weights).sum() / weights.sum().clamp(min=1)
-        reg = 0.5 * hp.l2 * (flat * flat).sum()
-        reg = reg + 0.5 * hp.prox_mu * ((flat - global_flat) ** 2).sum()
-        return data_loss + reg, data_loss
+        loss = data_loss
+        if hp.l2 > 0:
+            loss = loss + 0.5 * hp.l2 * sum((p * p).sum() for p in params.values())
+        if hp.prox_mu > 0:
+            loss = loss + 0.5 * hp.prox_mu * sum(
+                ((params[n] - global_params[n]) ** 2).sum() for n in params
+            )
+        return loss, data_loss
 
     return loss_fn
 
@@ -130,44 +137,54 @@ def choose_backend(backend: Backend, model: nn.Module, device: torch.device) -> 
 
 def _train_loop(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202
     layout = ParamLayout.of(model)
-    grad_fn = grad(_make_loss(model, layout, hp), has_aux=True)
+    loss_fn = _make_loss(model, hp)
+    global_named = layout.unflatten(global_params)
     x, y = clients.x, clients.y.to(global_params.device)
+    batch_counts = plan.mask.sum(dim=2).numpy()  # (K, S) real samples per minibatch
     deltas = torch.empty(len(plan.num_steps), layout.numel, dtype=global_params.dtype,
                          device=global_params.device)
     train_losses = np.zeros(len(plan.num_steps))
     for k, steps in enumerate(plan.num_steps.tolist()):
-        params = global_params.clone()
-        total = torch.zeros((), dtype=global_params.dtype, device=global_params.device)
+        flat = global_params.clone().requires_grad_(True)
+        total = 0.0
         for s in range(steps):
-            rows = plan.rows[k, s][plan.mask[k, s]].to(global_params.device)
+            rows = plan.rows[k, s, : batch_counts[k, s]].to(global_params.device)
             ones = torch.ones(len(rows), dtype=torch.bool, device=global_params.device)
-            g, data_loss = grad_fn(params, x[rows].to(params.dtype), y[rows], ones, global_params)
-            params -= hp.lr * g
-            total += data_loss.detach()
-        deltas[k] = params - global_params
-        train_losses[k] = total.item() / max(steps, 1)
+            loss, data_loss = loss_fn(
+                layout.unflatten(flat), x[rows].to(flat.dtype), y[rows], ones, global_named
+            )
+            (g,) = torch.autograd.grad(loss, flat)
+            with torch.no_grad():
+                flat -= hp.lr * g
+            total += data_loss.item()
+        deltas[k] = flat.detach() - global_params
+        train_losses[k] = total / max(steps, 1)
     return deltas, train_losses
 
 
 def _train_batched(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202
     layout = ParamLayout.of(model)
-    step_grad = vmap(grad(_make_loss(model, layout, hp), has_aux=True), in_dims=(0, 0, 0, 0, None))
+    step_grad = vmap(grad(_make_loss(model, hp), has_aux=True), in_dims=(0, 0, 0, 0, None))
+    global_named = layout.unflatten(global_params)
     device, dtype = global_params.device, global_params.dtype
     order = np.argsort(-plan.num_steps, kind="stable")  # running clients form a prefix
     steps_sorted = plan.num_steps[order]
     rows = plan.rows[torch.from_numpy(order)].to(device)
     mask = plan.mask[torch.from_numpy(order)].to(device)
     x, y = clients.x, clients.y.to(device)
-    params = global_params.expand(len(order), -1).clone()  # (K, P)
+    flat = global_params.expand(len(order), -1).clone()  # (K, P)
+    params = layout.unflatten(flat)  # (K, *shape) views into flat
     totals = torch.zeros(len(order), dtype=dtype, device=device)
     for s in range(int(steps_sorted.max(initial=0))):
         m = int((steps_sorted > s).sum())
         step_rows = rows[:m, s]  # (m, B)
         xb = x[step_rows.flatten()].to(dtype).view(*step_rows.shape, *x.shape[1:])
-        g, data_loss = step_grad(params[:m], xb, y[step_rows], mask[:m, s], global_params)
-        params[:m] -= hp.lr * g
+        running = {name: p[:m] for name, p in params.items()}
+        g, data_loss = step_grad(running, xb, y[step_rows], mask[:m, s], global_named)
+        for name, p in running.items():
+            p.sub_(hp.lr * g[name])
         totals[:m] += data_loss
     inverse = torch.from_numpy(np.argsort(order)).to(device)
-    deltas = (params - global_params)[inverse]
-    train_losses = (totals[inverse].cpu().numpy() / np.maximum(plan.num_steps, 1))
+    deltas = (flat - global_params)[inverse]
+    train_losses = totals[inverse].cpu().numpy() / np.maximum(plan.num_steps, 1)
     return deltas, train_losses

@@ -1,0 +1,152 @@
+"""Wire a Scenario into a run: the one module that sees both the simulator and the numerics."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+import torch
+from tqdm import tqdm
+
+from simfl.aggregate import make_aggregator
+from simfl.data import load_data
+from simfl.errors import InputError
+from simfl.metrics import error_summary
+from simfl.records import Recorder
+from simfl.rng import Streams
+from simfl.scenario import Scenario, to_dict
+from simfl.sim.server import ServerState, sync_server
+from simfl.train import build_model, initial_params
+from simfl.train.learner import Learner
+
+PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Refuse to clobber an existing run unless asked; called before any work."""
+    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+        raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
+                 progress: bool = True) -> dict[str, Any]:
+    """Run ``scenario`` and write its tables and manifest into ``run_dir``; return the manifest."""
+    prepare_run_dir(run_dir, overwrite)
+    streams = Streams(scenario.seed)
+    data = load_data(scenario.data, streams)  # bad data files stop here, before any output
+    device = _device(scenario.train.device)
+    dtype = getattr(torch, scenario.train.dtype)
+    model = build_model(scenario.model.name, data.input_shape, data.num_classes).to(device)
+    params = initial_params(model, streams.seed("init"), dtype).to(device)
+    learner = Learner(model, params, data, make_aggregator(scenario.aggregator),
+                      scenario.train, scenario.model.l2, scenario.eval, streams)
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    manifest = _manifest(scenario, device)
+    _write_manifest(run_dir, manifest)
+    recorder = Recorder(run_dir)
+    started = time.perf_counter()
+    try:
+        summary = _simulate(scenario, learner, recorder, streams, progress)
+        recorder.close()
+    except BaseException as e:
+        recorder.close()
+        manifest.update(status="failed" if isinstance(e, Exception) else "interrupted",
+                        reason=f"{type(e).__name__}: {e}")
+        _write_manifest(run_dir, manifest)
+        raise
+    manifest.update(status="complete", wall_s=round(time.perf_counter() - started, 3),
+                    summary=summary)
+    _write_manifest(run_dir, manifest)
+    return manifest
+
+
+def _simulate(scenario: Scenario, learner: Learner, recorder: Recorder, streams: Streams,
+              progress: bool) -> dict[str, dict[str, float]]:
+    """Run the rounds; return the last evaluation's mean and p90 error per split."""
+    env = simpy.Environment()
+    num_rounds = scenario.server.num_rounds
+    bar = tqdm(total=num_rounds, desc=scenario.name, unit="round", disable=not progress,
+               dynamic_ncols=True)
+    summary: dict[str, dict[str, float]] = {}
+
+    def evaluate(rounds_done: int, t_s: float) -> None:
+        for split, (clients, result) in learner.evaluate().items():
+            recorder.append("eval", round=rounds_done, t_s=t_s, client_id=clients.client_ids,
+                            split=split, num_samples=result.num_samples, loss=result.losses,
+                            error=result.errors)
+            summary[split] = error_summary(result.errors)
+        test = summary["test"]
+        bar.set_postfix(test_mean=f"{test['mean']:.3f}", test_p90=f"{test['p90']:.3f}")
+
+    def after_round(rounds_done: int, t_s: float) -> None:
+        bar.update(1)
+        if rounds_done % scenario.eval.every == 0 or rounds_done == num_rounds:
+            evaluate(rounds_done, t_s)
+
+    evaluate(0, 0.0)
+    state = ServerState()
+    env.process(sync_server(env, scenario.server, learner.data.train.num_clients, learner,
+                            recorder, streams, state, after_round))
+    env.run()
+    bar.close()
+    return summary
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("'train.device' = 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def _manifest(scenario: Scenario, device: torch.device) -> dict[str, Any]:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "status": "running",
+        "scenario": to_dict(scenario),
+        "seed": scenario.seed,
+        "versions": {"python": platform.python_version(), **versions},
+        "git_commit": _git_commit(),
+        "device": str(device),
+        "host": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    tmp = run_dir / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
+    tmp.replace(run_dir / "manifest.json")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,95 @@
+"""Local training: batched equals the loop, and both equal hand-written SGD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from simfl.train.cohort import TrainHParams, choose_backend, plan_batches, train_cohort
+from simfl.train.models import ParamLayout, build_model, initial_params
+from tests.conftest import make_cohort
+
+SIZES = [1, 7, 16, 33, 50, 5]  # ragged, one smaller than a batch, one a multiple of it
+
+
+def test_convnet_has_the_reference_parameter_count() -> None:
+    assert ParamLayout.of(build_model("convnet", (1, 28, 28), 62)).numel == 115_646
+
+
+def test_plan_visits_every_sample_once_per_epoch() -> None:
+    plan = plan_batches(np.array(SIZES), epochs=3, batch_size=16, seeds=range(len(SIZES)))
+    offsets = np.concatenate([[0], np.cumsum(SIZES)])
+    for k, n in enumerate(SIZES):
+        per_epoch = plan.num_steps[k] // 3
+        assert per_epoch == -(-n // 16)
+        for e in range(3):
+            block = slice(e * per_epoch, (e + 1) * per_epoch)
+            rows = plan.rows[k, block][plan.mask[k, block]].numpy()
+            assert sorted(rows) == list(range(offsets[k], offsets[k] + n))
+    again = plan_batches(np.array(SIZES), epochs=3, batch_size=16, seeds=range(len(SIZES)))
+    assert torch.equal(plan.rows, again.rows)
+
+
+@pytest.mark.parametrize("model_name, shape", [("linear", (1, 28, 28)), ("convnet", (1, 28, 28)),
+                                               ("linear", (20,))])
+@pytest.mark.parametrize("l2, mu", [(0.0, 0.0), (1e-2, 0.5)])
+def test_batched_equals_loop_in_float64(model_name: str, shape: tuple[int, ...], l2: float,
+                                        mu: float) -> None:
+    data = make_cohort(SIZES, shape, num_classes=5)
+    model = build_model(model_name, shape, 5)
+    params = initial_params(model, seed=1, dtype=torch.float64)
+    seeds = [100 + k for k in range(len(SIZES))]
+    results = {
+        backend: train_cohort(model, params, data, TrainHParams(2, 16, 0.3, l2, mu, backend), seeds)
+        for backend in ("batched", "loop")
+    }
+    a, b = results["batched"], results["loop"]
+    rel = (a.deltas - b.deltas).norm(dim=1) / b.deltas.norm(dim=1)
+    assert rel.max().item() <= 1e-12
+    np.testing.assert_allclose(a.train_losses, b.train_losses, rtol=1e-12)
+    np.testing.assert_array_equal(a.num_examples, SIZES)
+
+
+def test_one_full_batch_step_is_hand_written_gradient_descent() -> None:
+    """One client, batch = all samples, one epoch: w' = w - lr * ∇[CE + l2/2 |w|^2]."""
+    data = make_cohort([12], (4,), num_classes=3)
+    model = build_model("linear", (4,), 3)
+    params = initial_params(model, seed=0, dtype=torch.float64)
+    l2, lr = 0.1, 0.5
+    for backend in ("batched", "loop"):
+        result = train_cohort(model, params, data, TrainHParams(1, 12, lr, l2, 0.0, backend), [0])
+        w, b = params[:12].view(3, 4), params[12:]
+        probs = torch.softmax(data.x @ w.T + b, dim=1)
+        residual = (probs - torch.nn.functional.one_hot(data.y, 3)) / 12  # (N, C)
+        grad = torch.cat([(residual.T @ data.x).flatten(), residual.sum(0)]) + l2 * params
+        torch.testing.assert_close(result.deltas[0], -lr * grad, rtol=1e-12, atol=1e-14)
+
+
+def test_prox_term_pulls_towards_the_global_model() -> None:
+    data = make_cohort([40, 40], (10,), num_classes=4)
+    model = build_model("linear", (10,), 4)
+    params = initial_params(model, seed=0, dtype=torch.float64)
+    free = train_cohort(model, params, data, TrainHParams(5, 8, 0.2, backend="loop"), [1, 2])
+    prox = train_cohort(model, params, data, TrainHParams(5, 8, 0.2, prox_mu=1.0,
+                                                          backend="loop"), [1, 2])
+    assert (prox.deltas.norm(dim=1) < free.deltas.norm(dim=1)).all()
+
+
+def test_shuffle_seeds_change_the_result() -> None:
+    data = make_cohort([40], (10,), num_classes=4)
+    model = build_model("linear", (10,), 4)
+    params = initial_params(model, seed=0, dtype=torch.float64)
+    hp = TrainHParams(1, 8, 0.2, backend="loop")
+    one = train_cohort(model, params, data, hp, [1]).deltas
+    assert torch.equal(one, train_cohort(model, params, data, hp, [1]).deltas)
+    assert not torch.equal(one, train_cohort(model, params, data, hp, [2]).deltas)
+
+
+def test_auto_backend_choice() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    conv, linear = build_model("convnet", (1, 28, 28), 62), build_model("linear", (4,), 3)
+    assert choose_backend("auto", conv, cpu) == "loop"
+    assert choose_backend("auto", linear, cpu) == "batched"
+    assert choose_backend("auto", conv, cuda) == "batched"
+    assert choose_backend("loop", linear, cpu) == "loop"
