@@ -1,6 +1,6 @@
 """Command line: argument parsing only; the work is in run.py and plots.py.
 
-    python -m simfl SCENARIO.toml [--out DIR] [--overwrite] [--quiet]
+    python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] [--overwrite] [--quiet]
     python -m simfl plot RUN_DIR [RUN_DIR ...] [--compare OUT.png]
 """
 
@@ -18,6 +18,8 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, help="run directory (default results/<name>)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario key, e.g. --set server.num_rounds=200")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -46,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     from simfl.run import run_scenario
     from simfl.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, args.set)
     run_dir = args.out or Path("results") / scenario.name
     manifest = run_scenario(scenario, run_dir, overwrite=args.overwrite, progress=not args.quiet)
     test = manifest["summary"]["test"]

@@ -1,0 +1,103 @@
+"""End to end through the command line: outputs, invariants across runs, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from simfl.cli import main
+
+SMALL = """
+seed = {seed}
+[data]
+dataset = "synthetic"
+[data.synthetic]
+num_clients = 40
+[model]
+name = "linear"
+[train]
+lr = 0.05
+[aggregator]
+name = "{aggregator}"
+theta = {theta}
+[server]
+num_rounds = 6
+clients_per_round = 8
+[eval]
+every = 3
+"""
+TABLES = ("rounds", "clients", "comm", "eval")
+
+
+def run(tmp_path: Path, name: str, seed: int = 0, aggregator: str = "deltafl",
+        theta: float = 0.5) -> Path:
+    scenario = tmp_path / f"{name}.toml"
+    scenario.write_text(SMALL.format(seed=seed, aggregator=aggregator, theta=theta))
+    out = tmp_path / "results" / name
+    assert main([str(scenario), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_run_writes_consistent_tables(tmp_path: Path) -> None:
+    out = run(tmp_path, "a")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["seed"] == 0
+    rounds, clients, comm, evals = (pl.read_parquet(out / f"{t}.parquet") for t in TABLES)
+    assert rounds["round"].to_list() == list(range(6))
+    assert clients.height == 6 * 8
+    # Δ-FL θ = 0.5 keeps at least half of each cohort's weight.
+    kept = clients.filter(pl.col("status") == "aggregated").group_by("round").agg(
+        pl.col("num_samples").sum().alias("kept"))
+    total = clients.group_by("round").agg(pl.col("num_samples").sum().alias("total"))
+    assert (kept.join(total, on="round").select(pl.col("kept") >= 0.5 * pl.col("total"))
+            .to_series().all())
+    # Every byte is one message, and messages add up to the round totals.
+    per_round = comm.group_by("round", "direction").agg(pl.col("bytes").sum()).sort("round")
+    for direction in ("down", "up"):
+        logged = per_round.filter(pl.col("direction") == direction)["bytes"].to_numpy()
+        np.testing.assert_array_equal(logged, rounds[f"bytes_{direction}"].to_numpy())
+    assert set(evals["round"].unique()) == {0, 3, 6}
+    num_devices = evals.filter(pl.col("round") == 0).height
+    assert num_devices == 40 and evals.height == 3 * 40
+    assert manifest["summary"]["test"]["p90"] >= manifest["summary"]["test"]["mean"]
+
+
+def test_same_seed_same_files_other_seed_differs(tmp_path: Path) -> None:
+    a, b, c = run(tmp_path, "a"), run(tmp_path, "b"), run(tmp_path, "c", seed=1)
+    for table in TABLES:
+        assert (a / f"{table}.parquet").read_bytes() == (b / f"{table}.parquet").read_bytes()
+    assert (a / "eval.parquet").read_bytes() != (c / "eval.parquet").read_bytes()
+
+
+def test_deltafl_theta_one_reproduces_fedavg(tmp_path: Path) -> None:
+    delta = pl.read_parquet(run(tmp_path, "d", aggregator="deltafl", theta=1.0) / "eval.parquet")
+    avg = pl.read_parquet(run(tmp_path, "f", aggregator="fedavg") / "eval.parquet")
+    assert delta.equals(avg)
+
+
+def test_bad_key_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text("[aggregator]\nname = \"deltafl\"\nthetta = 0.5\n")
+    proc = subprocess.run([sys.executable, "-m", "simfl", str(scenario), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "unknown key 'aggregator.thetta' (did you mean 'aggregator.theta'?)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "results").exists()
+
+
+def test_existing_run_is_not_overwritten_without_flag(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(tmp_path, "a")
+    before = (out / "eval.parquet").read_bytes()
+    assert main([str(tmp_path / "a.toml"), "--out", str(out), "--quiet"]) == 2
+    assert "use --overwrite" in capsys.readouterr().err
+    assert (out / "eval.parquet").read_bytes() == before
+    assert main([str(tmp_path / "a.toml"), "--out", str(out), "--quiet", "--overwrite"]) == 0

@@ -1,0 +1,58 @@
+"""Scenario loading: valid files, and clear errors for bad ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simfl.errors import InputError
+from simfl.scenario import load_scenario
+
+SCENARIOS = sorted(Path(__file__).parent.parent.joinpath("scenarios").rglob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_shipped_scenarios_load(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert scenario.name
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[aggregator]\nthetta = 0.5\n", "unknown key 'aggregator.thetta' (did you mean "
+                                     "'aggregator.theta'?)"),
+    ("[aggregator]\ntheta = 1.5\n", "'aggregator.theta' = 1.5 must be in (0, 1]"),
+    ("[aggregator]\ntheta = 0\n", "'aggregator.theta' = 0.0 must be in (0, 1]"),
+    ("[train]\nlr = -0.1\n", "'train.lr' = -0.1 must be > 0"),
+    ("[train]\nlr = \"fast\"\n", "'train.lr' must be float, got str 'fast'"),
+    ("[train]\nlocal_epochs = 1.5\n", "'train.local_epochs' must be int, got float 1.5"),
+    ("[model]\nname = \"resnet\"\n", "'model.name' = 'resnet' must be one of"),
+    ("[server]\nclients_per_round = true\n", "'server.clients_per_round' must be int"),
+    ("trian = 3\n", "unknown key 'trian' (did you mean 'train'?)"),
+    ("model = 3\n", "[model] must be a table"),
+    ("[data\n", "invalid TOML"),
+])
+def test_bad_scenarios_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(InputError) as info:
+        load_scenario(write(tmp_path, text))
+    message = str(info.value)
+    assert expected in message
+    assert message.startswith(str(tmp_path / "s.toml"))
+    assert "\n" not in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="scenario file not found"):
+        load_scenario(tmp_path / "nope.toml")
+
+
+def test_defaults_and_name_from_file(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, "seed = 3\n[train]\nlr = 1\n"))
+    assert scenario.name == "s" and scenario.seed == 3
+    assert scenario.train.lr == 1.0 and isinstance(scenario.train.lr, float)
