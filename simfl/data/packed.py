@@ -12,6 +12,16 @@ import numpy as np
 import torch
 
 
+def client_rows(offsets: np.ndarray, client_idx: np.ndarray) -> np.ndarray:
+    """Positions ``offsets[k]:offsets[k + 1]`` of the given clients, concatenated in order."""
+    client_idx = np.asarray(client_idx, dtype=np.int64)
+    starts = offsets[client_idx]
+    counts = offsets[client_idx + 1] - starts
+    # Position within each client's block, without a loop over clients.
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(starts, counts) + within
+
+
 @dataclass(frozen=True)
 class ClientData:
     """Samples of K clients packed together."""
@@ -32,12 +42,7 @@ class ClientData:
 
     def rows(self, client_idx: np.ndarray) -> np.ndarray:
         """Row indices of the given clients' samples, concatenated in the given order."""
-        client_idx = np.asarray(client_idx, dtype=np.int64)
-        starts = self.offsets[client_idx]
-        counts = self.offsets[client_idx + 1] - starts
-        # Position within each client's block, without a loop over clients.
-        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.repeat(starts, counts) + within
+        return client_rows(self.offsets, client_idx)
 
     def subset(self, client_idx: np.ndarray) -> ClientData:
         """A new ClientData holding only the given clients (in that order)."""

@@ -1,0 +1,153 @@
+"""FEMNIST from the all-writers npz file (``femnist_writers.npz``).
+
+FEMNIST is NIST Special Database 19 split by writer as in the LEAF benchmark
+(Caldas et al., "LEAF: A Benchmark for Federated Settings", 2018), over the 62
+classes of EMNIST ByClass (Cohen et al., "EMNIST: an extension of MNIST to
+handwritten letters", 2017). The file stores LEAF polarity (uint8, background
+255); samples are turned to MNIST polarity (ink bright), x = (255 - v) / 255,
+then standardised with one mean and std taken over the training devices' pixels.
+
+The split is by writer (the Δ-FL papers' protocol, see :mod:`simfl.data.split`);
+the file's per-sample ``split`` column (LEAF's other protocol) is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from simfl.data.packed import ClientData, FederatedData, client_rows
+from simfl.data.split import group_rows, split_clients
+from simfl.errors import InputError
+from simfl.rng import Streams
+from simfl.scenario import DataConfig
+
+NUM_CLASSES = 62
+IMAGE_SHAPE = (28, 28)
+DEFAULT_RELATIVE_PATH = Path("femnist") / "femnist_writers.npz"
+_CHUNK_ROWS = 4096  # images per step: temporaries (~40 MB) stay below malloc's mmap threshold
+_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+
+
+def resolve_path(path: str) -> Path:
+    """``data.path`` if given, else ``$SIMFL_DATA_DIR/femnist/femnist_writers.npz``; must exist."""
+    if path:
+        resolved = Path(path).expanduser()
+    elif os.environ.get("SIMFL_DATA_DIR"):
+        resolved = Path(os.environ["SIMFL_DATA_DIR"]).expanduser() / DEFAULT_RELATIVE_PATH
+    else:
+        raise InputError(
+            f"FEMNIST file not found: SIMFL_DATA_DIR is not set; set it to the folder holding"
+            f" {DEFAULT_RELATIVE_PATH} or set data.path to the .npz file"
+        )
+    if not resolved.is_file():
+        raise InputError(
+            f"{resolved}: FEMNIST file not found; set SIMFL_DATA_DIR (to the folder holding"
+            f" {DEFAULT_RELATIVE_PATH}) or data.path (to the .npz file)"
+        )
+    return resolved
+
+
+def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
+    """Load FEMNIST, split it by writer and standardise it with training-device stats."""
+    path = resolve_path(cfg.path)
+    with _open_npz(path) as npz:
+        labels = _read(npz, "labels", path)
+        writers = _read(npz, "writer", path)
+        _check_index(labels, writers, path)
+        groups = group_rows(writers.astype(str) if writers.dtype.kind == "S" else writers)
+        rng = streams.numpy("data_split")
+        train_idx, test_idx = split_clients(np.diff(groups.offsets), cfg, rng, str(path))
+        images = _read(npz, "images", path)  # the one large array, read last
+    if images.dtype != np.uint8 or images.shape != (len(labels), *IMAGE_SHAPE):
+        raise InputError(
+            f"{path}: 'images' must be uint8 of shape ({len(labels)}, 28, 28) to match"
+            f" 'labels', got {images.dtype} {images.shape}"
+        )
+    train_rows = groups.order[client_rows(groups.offsets, train_idx)]
+    test_rows = groups.order[client_rows(groups.offsets, test_idx)]
+    lut = _pixel_table(_pixel_counts(images, train_rows))
+
+    def pack(client_idx: np.ndarray, rows: np.ndarray) -> ClientData:
+        counts = np.diff(groups.offsets)[client_idx]
+        return ClientData(
+            x=_convert(images, rows, lut),
+            y=torch.from_numpy(labels[rows].astype(np.int64)),
+            offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            client_ids=groups.client_ids[client_idx],
+        )
+
+    return FederatedData(
+        name="femnist",
+        train=pack(train_idx, train_rows),
+        test=pack(test_idx, test_rows),
+        num_classes=NUM_CLASSES,
+    )
+
+
+def _open_npz(path: Path) -> Any:
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except _READ_ERRORS as e:
+        raise InputError(f"{path}: cannot read as an .npz file ({e})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise InputError(f"{path}: not an .npz archive (a single array)")
+    return npz
+
+
+def _read(npz: Any, key: str, path: Path) -> np.ndarray:
+    if key not in npz.files:
+        raise InputError(f"{path}: missing key '{key}' (has {sorted(npz.files)})")
+    try:
+        return np.asarray(npz[key])
+    except _READ_ERRORS as e:
+        raise InputError(
+            f"{path}: cannot read '{key}', the file is corrupt or truncated ({e})"
+        ) from None
+
+
+def _check_index(labels: np.ndarray, writers: np.ndarray, path: Path) -> None:
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise InputError(f"{path}: 'labels' must be a 1-D integer array, got {labels.dtype}")
+    if writers.ndim != 1 or writers.dtype.kind not in "US":
+        raise InputError(f"{path}: 'writer' must be a 1-D string array, got {writers.dtype}")
+    if len(writers) != len(labels):
+        raise InputError(
+            f"{path}: 'writer' has {len(writers)} entries but 'labels' has {len(labels)}"
+        )
+    if len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+        raise InputError(
+            f"{path}: labels must be in 0..{NUM_CLASSES - 1}, found {labels.min()}..{labels.max()}"
+        )
+
+
+def _pixel_counts(images: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(256,) how often each uint8 value occurs in the given images (exact statistics)."""
+    counts = np.zeros(256, np.int64)
+    for start in range(0, len(rows), _CHUNK_ROWS):
+        counts += np.bincount(images[rows[start : start + _CHUNK_ROWS]].ravel(), minlength=256)
+    return counts
+
+
+def _pixel_table(counts: np.ndarray) -> np.ndarray:
+    """(256,) float32: stored value v -> standardised MNIST-polarity value."""
+    inverted = (255.0 - np.arange(256)) / 255.0  # ink bright, background 0
+    total = max(int(counts.sum()), 1)
+    mean = float(counts @ inverted) / total
+    std = float(np.sqrt(counts @ (inverted - mean) ** 2 / total))
+    return ((inverted - mean) / (std if std > 0 else 1.0)).astype(np.float32)
+
+
+def _convert(images: np.ndarray, rows: np.ndarray, lut: np.ndarray) -> torch.Tensor:
+    """(len(rows), 1, 28, 28) float32 of the given rows, a chunk at a time (no full float copy)."""
+    out = np.empty((len(rows), 1, *IMAGE_SHAPE), np.float32)
+    for start in range(0, len(rows), _CHUNK_ROWS):
+        stop = min(start + _CHUNK_ROWS, len(rows))
+        out[start:stop, 0] = lut[images[rows[start:stop]]]
+    return torch.from_numpy(out)

@@ -1,0 +1,121 @@
+"""Writer-level federated split shared by every dataset.
+
+The Δ-FL papers (Laguel, Pillutla, Malick, Harchaoui) split FEMNIST by
+**writer**, not by sample: each writer is one device, and a fraction of the
+writers become unseen test devices that are never trained on. The same
+protocol is applied here to LEAF json shards (Caldas et al., "LEAF: A Benchmark
+for Federated Settings", 2018) and to the synthetic generator, so a dataset only
+has to say which rows belong to which client.
+
+Randomness comes only from the generator passed in (``streams.numpy("data_split")``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from simfl.data.packed import ClientData, FederatedData
+from simfl.errors import InputError
+from simfl.rng import Streams
+from simfl.scenario import DataConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Groups:
+    """Rows of a table grouped by client: client k owns ``order[offsets[k]:offsets[k + 1]]``."""
+
+    order: np.ndarray  # (N,) int64 row positions in the table, grouped by client
+    offsets: np.ndarray  # (K + 1,) int64
+    client_ids: np.ndarray  # (K,) str, in order of first appearance (or sorted, see group_rows)
+
+
+def group_rows(keys: np.ndarray) -> Groups:
+    """Group the rows of a table by client key (e.g. the writer column).
+
+    When every client's rows are one contiguous run (LEAF files are stored that
+    way), the order is the identity and clients keep their file order. Otherwise
+    the rows are sorted stably by key, so each client's rows keep their relative
+    order and clients come out sorted by id.
+    """
+    num_rows = len(keys)
+    if num_rows == 0:
+        return Groups(np.zeros(0, np.int64), np.zeros(1, np.int64), keys[:0])
+    starts = np.concatenate([[0], np.flatnonzero(keys[1:] != keys[:-1]) + 1])
+    run_ids = keys[starts]
+    if len(np.unique(run_ids)) == len(run_ids):
+        order = np.arange(num_rows, dtype=np.int64)
+        offsets = np.append(starts, num_rows).astype(np.int64)
+        return Groups(order, offsets, run_ids)
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    client_ids, counts = np.unique(keys, return_counts=True)  # sorted, as argsort
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return Groups(order, offsets, client_ids)
+
+
+def split_clients(
+    num_samples: np.ndarray, cfg: DataConfig, rng: np.random.Generator, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Choose training and unseen test clients; returns two sorted arrays of client indices.
+
+    Keeps the clients with at least ``cfg.min_samples_per_client`` samples,
+    subsamples ``cfg.max_clients`` of them if asked (0 = all), then sends
+    ``round(cfg.test_client_fraction * kept)`` of them (at least one, and at
+    least one left for training) to the test side. ``source`` names the data in
+    the error raised when fewer than two clients remain.
+    """
+    eligible = np.flatnonzero(np.asarray(num_samples) >= cfg.min_samples_per_client)
+    if cfg.max_clients and len(eligible) > cfg.max_clients:
+        eligible = np.sort(rng.choice(eligible, size=cfg.max_clients, replace=False))
+    if len(eligible) < 2:
+        raise InputError(
+            f"{source}: {len(eligible)} client(s) with >= {cfg.min_samples_per_client} samples"
+            " (data.min_samples_per_client); need at least 2 (one training, one test device)"
+        )
+    num_test = min(max(round(cfg.test_client_fraction * len(eligible)), 1), len(eligible) - 1)
+    shuffled = rng.permutation(eligible)
+    return np.sort(shuffled[num_test:]), np.sort(shuffled[:num_test])
+
+
+def standardise(
+    train_x: torch.Tensor, test_x: torch.Tensor, per_feature: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x - mean) / std with the training devices' statistics, applied to both sides.
+
+    ``per_feature``: one mean/std per column of an (N, D) table; otherwise one
+    scalar over all values (images). Constant features are only centred.
+    """
+    values = train_x.to(torch.float64)
+    if per_feature:
+        mean, std = values.mean(dim=0), values.std(dim=0, correction=0)
+    else:
+        mean, std = values.mean(), values.std(correction=0)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    return (
+        ((train_x - mean) / std).to(torch.float32),
+        ((test_x - mean) / std).to(torch.float32),
+    )
+
+
+def federate(
+    name: str,
+    clients: ClientData,
+    cfg: DataConfig,
+    streams: Streams,
+    num_classes: int,
+    per_feature: bool,
+    source: str,
+) -> FederatedData:
+    """Writer-level split of in-memory clients, then standardisation with training-side stats."""
+    rng = streams.numpy("data_split")
+    train_idx, test_idx = split_clients(clients.num_samples, cfg, rng, source)
+    train, test = clients.subset(train_idx), clients.subset(test_idx)
+    train_x, test_x = standardise(train.x, test.x, per_feature)
+    return FederatedData(
+        name=name,
+        train=dataclasses.replace(train, x=train_x),
+        test=dataclasses.replace(test, x=test_x),
+        num_classes=num_classes,
+    )
