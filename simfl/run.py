@@ -113,7 +113,7 @@ def _device(name: str) -> torch.device:
 
 
 def _manifest(scenario: Scenario, device: torch.device) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for package in PACKAGES:
         try:
             versions[package] = metadata.version(package)

@@ -13,7 +13,7 @@ import difflib
 import tomllib
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,8 +42,11 @@ class SyntheticConfig:
     """LEAF's synthetic(alpha, beta) generator (Li et al., FedProx, 2020)."""
 
     num_clients: int = _f(100, POSITIVE)
-    alpha: float = _f(1.0, NON_NEGATIVE)  # model heterogeneity across clients
-    beta: float = _f(1.0, NON_NEGATIVE)  # feature heterogeneity across clients
+    alpha: float = _f(1.0, NON_NEGATIVE)  # model heterogeneity across clients (a std)
+    beta: float = _f(1.0, NON_NEGATIVE)  # feature heterogeneity across clients (a std)
+    # Std of a model W_0 shared by every client and added to each W_k (0 = LEAF's
+    # generator, where clients share no model and unseen clients are unpredictable).
+    shared_model: float = _f(0.0, NON_NEGATIVE)
     dim: int = _f(60, POSITIVE)
     num_classes: int = _f(10, (lambda v: v >= 2, "must be >= 2"))
     min_samples: int = _f(50, POSITIVE)  # per client; LEAF adds 50 to a lognormal draw
@@ -96,7 +99,86 @@ class ServerConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     every: int = _f(10, POSITIVE)  # rounds between evaluations of every device (and at the end)
-    batch_size: int = _f(4096, POSITIVE)  # samples per forward pass
+    batch_size: int = _f(256, POSITIVE)  # samples per forward pass (256 is cache-friendly on CPU)
+
+
+# --- population (devices, availability, network) ---
+# Sources of the defaults are in simfl/population/ (availability.py, compute.py, network.py).
+
+UNIT_INTERVAL: Check = (lambda v: 0 <= v <= 1, "must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str = "utc"
+    utc_offset_h: float = _f(0.0, (lambda v: -12 <= v <= 14, "must be in [-12, 14]"))
+    share: float = _f(1.0, POSITIVE)  # relative share of devices (normalised over the regions)
+
+
+DEFAULT_REGIONS = (
+    Region("americas", -5.0, 0.3),
+    Region("europe_africa", 1.0, 0.3),
+    Region("asia_pacific", 8.0, 0.4),
+)
+# Online probability at local hour h:00 (linear in between): a night peak (idle, charging,
+# unmetered) as in Bonawitz et al. 2019 and Yang et al. 2021; the 0.05-0.35 range is assumed.
+DEFAULT_ONLINE_PROB_BY_HOUR = (
+    0.306, 0.330, 0.345, 0.350, 0.345, 0.330, 0.306, 0.275, 0.239, 0.200, 0.161, 0.125,
+    0.094, 0.070, 0.055, 0.050, 0.055, 0.070, 0.094, 0.125, 0.161, 0.200, 0.239, 0.275,
+)
+
+
+@dataclass(frozen=True)
+class AvailabilityConfig:
+    mode: Literal["always", "diurnal", "trace"] = "always"
+    online_prob_by_hour: tuple[float, ...] = _f(
+        DEFAULT_ONLINE_PROB_BY_HOUR,
+        (lambda v: len(v) == 24 and all(0 < p < 1 for p in v), "must be 24 numbers in (0, 1)"),
+    )
+    session_mean_s: float = _f(3600.0, POSITIVE)  # mean length of an online session
+    horizon_s: float = _f(7 * 86400.0, POSITIVE)  # diurnal: simulated time precomputed
+    trace_path: str = ""  # trace: Parquet/CSV with columns device, t_on_s, t_off_s
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    # auto: phone benchmark scores from $SIMFL_DATA_DIR/devices if present, else lognormal
+    speed_source: Literal["auto", "benchmark", "lognormal"] = "auto"
+    score: Literal["cpu_float", "ai_score"] = "cpu_float"
+    phone_mix: Literal["deployment", "benchmark_list"] = "deployment"
+    speed_log_sigma: float = _f(0.93, NON_NEGATIVE)  # lognormal fallback: spread of speeds
+    calibration_batch_size: int = _f(16, POSITIVE)  # batch size of the LeNet time per sample
+    train_flops_per_sample: float = _f(0.0, NON_NEGATIVE)  # 0 = from the model's name
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    down_median_bytes_per_s: float = _f(4.5e6, POSITIVE)
+    down_log_sigma: float = _f(0.8, NON_NEGATIVE)
+    up_median_bytes_per_s: float = _f(1.4e6, POSITIVE)
+    up_log_sigma: float = _f(0.8, NON_NEGATIVE)
+    latency_median_s: float = _f(0.040, NON_NEGATIVE)
+    latency_log_sigma: float = _f(0.5, NON_NEGATIVE)
+    region_capacity_bytes_per_s: float = _f(1.25e9, POSITIVE)  # each direction
+    region_latency_s: float = _f(0.010, NON_NEGATIVE)
+    server_capacity_bytes_per_s: float = _f(1.25e9, POSITIVE)  # each direction
+    server_latency_s: float = _f(0.005, NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class PopulationConfig:
+    regions: tuple[Region, ...] = _f(
+        DEFAULT_REGIONS,
+        (lambda v: len(v) > 0 and len({r.name for r in v}) == len(v),
+         "must be a non-empty array of regions with distinct names"),
+    )
+    region_assignment: Literal["random", "covariate"] = "random"
+    covariate: Literal["digit_share", "writer_group", "num_samples"] = "digit_share"
+    covariate_strength: float = _f(1.0, UNIT_INTERVAL)  # 0 = random, 1 = sorted by covariate
+    failure_rate_per_h: float = _f(0.0, NON_NEGATIVE)  # hazard per hour of participation
+    availability: AvailabilityConfig = _f(AvailabilityConfig)
+    compute: ComputeConfig = _f(ComputeConfig)
+    network: NetworkConfig = _f(NetworkConfig)
 
 
 @dataclass(frozen=True)
@@ -109,10 +191,15 @@ class Scenario:
     aggregator: AggregatorConfig = _f(AggregatorConfig)
     server: ServerConfig = _f(ServerConfig)
     eval: EvalConfig = _f(EvalConfig)
+    population: PopulationConfig = _f(PopulationConfig)
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; raise InputError naming the file and key."""
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read and validate a scenario file; raise InputError naming the file and key.
+
+    ``overrides`` are ``"dotted.key=TOML value"`` strings applied on top of the
+    file, e.g. ``"server.num_rounds=200"`` or ``'aggregator.name="fedavg"'``.
+    """
     path = Path(path)
     try:
         table = tomllib.loads(path.read_text())
@@ -122,10 +209,28 @@ def load_scenario(path: str | Path) -> Scenario:
         raise InputError(f"{path}: cannot read scenario file ({e})") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: invalid TOML: {e}") from None
+    for override in overrides:
+        _apply_override(table, override, str(path))
     scenario = from_dict(table, source=str(path))
     if not scenario.name:
         scenario = dataclasses.replace(scenario, name=path.stem)
     return scenario
+
+
+def _apply_override(table: dict[str, Any], override: str, source: str) -> None:
+    key, sep, text = override.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"{source}: override '{override}' must look like key=value")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()  # a bare word is taken as a string: aggregator.name=fedavg
+    *parents, leaf = key.strip().split(".")
+    for part in parents:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise InputError(f"{source}: override '{override}': '{part}' is not a table")
+    table[leaf] = value
 
 
 def from_dict(table: dict[str, Any], source: str = "<scenario>") -> Scenario:

@@ -14,7 +14,8 @@ alpha controls how much the clients' models differ, beta how much their
 features differ. With ``shared_model`` = s > 0 (an extension, not in LEAF), a
 model W_0 ~ N(0, s²) of shape (D, C), b_0 ~ N(0, s²) drawn once from
 ``streams.numpy("synthetic_shared")`` is added to every client's (W_k, b_k), so
-that clients share structure and unseen test devices can be predicted. Samples per client are ``int(lognormal(4, 2)) + min_samples`` as
+that clients share structure and unseen test devices can be predicted. Samples per
+client are ``int(lognormal(4, 2)) + min_samples`` as
 in LEAF, capped at :data:`MAX_SAMPLES_PER_CLIENT` to keep runs and tests fast.
 
 Every draw of client k comes from ``streams.numpy("synthetic", k)``, so adding

@@ -25,15 +25,19 @@ LOSS_REPORT_BYTES = 4  # one float32
 
 
 class SelectionLike(Protocol):
-    keep: np.ndarray
-    threshold: float | None
+    @property
+    def keep(self) -> np.ndarray: ...
+    @property
+    def threshold(self) -> float | None: ...
 
 
 class LearnerLike(Protocol):
     """What the server needs from the numerics (see simfl.train.learner.Learner)."""
 
-    needs_losses: bool
-    model_bytes: int
+    @property
+    def needs_losses(self) -> bool: ...
+    @property
+    def model_bytes(self) -> int: ...
 
     def num_samples(self, client_idx: np.ndarray) -> np.ndarray: ...
     def client_ids(self, client_idx: np.ndarray) -> np.ndarray: ...

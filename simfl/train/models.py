@@ -90,13 +90,13 @@ def initial_params(module: nn.Module, seed: int, dtype: torch.dtype) -> torch.Te
     """A flat (P,) parameter vector from PyTorch's default initialisation, seeded explicitly."""
     generator = torch.Generator().manual_seed(seed)
     layout = ParamLayout.of(module)
+    shapes = dict(zip(layout.names, layout.shapes, strict=True))
     flat = []
-    for name, shape in zip(layout.names, layout.shapes, strict=True):
+    for name, shape in shapes.items():
         # PyTorch's default Conv/Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
         # weights (kaiming_uniform with a = sqrt(5)) and biases alike.
-        module_name = name.rsplit(".", 1)[0]
-        weight = module.get_submodule(module_name).weight
-        fan_in = math.prod(weight.shape[1:])
+        weight_shape = shapes[name.rsplit(".", 1)[0] + ".weight"]
+        fan_in = math.prod(weight_shape[1:])
         bound = 1.0 / math.sqrt(fan_in)
         flat.append((torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
     return torch.cat([p.flatten() for p in flat]).to(dtype)

@@ -1,0 +1,36 @@
+"""The device population: device table, availability, compute speed, network topology.
+
+Built once per run from ``Scenario.population`` with seeded streams (DESIGN.md §2);
+numpy and networkx only, no SimPy and no torch. The SimPy side of the network is
+simfl.sim.network.
+"""
+
+from simfl.population.availability import (
+    Availability,
+    always_online,
+    build_availability,
+    from_csr,
+    from_intervals,
+)
+from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE
+from simfl.population.devices import DeviceTable, assign_regions, build_devices, default_data_dir
+from simfl.population.network import NetworkPaths, build_topology, network_paths
+from simfl.population.trace import read_trace, write_trace
+
+__all__ = [
+    "TRAIN_FLOPS_PER_SAMPLE",
+    "Availability",
+    "DeviceTable",
+    "NetworkPaths",
+    "always_online",
+    "assign_regions",
+    "build_availability",
+    "build_devices",
+    "build_topology",
+    "default_data_dir",
+    "from_csr",
+    "from_intervals",
+    "network_paths",
+    "read_trace",
+    "write_trace",
+]

@@ -1,0 +1,216 @@
+"""When each device is online: exact queries over precomputed online intervals.
+
+Every device's online time is a sorted list of half-open intervals ``[t_on_s, t_off_s)``
+(CSR layout: the intervals of device d are rows ``offsets[d]:offsets[d + 1]``), made once
+by the diurnal model (simfl.population.diurnal), read from a trace
+(simfl.population.trace), or one interval ``[0, inf)`` per device (mode "always").
+Queries are vectorised binary searches, so nothing is scheduled per device and the
+online set at any instant is exact. Per-region sorted copies of the switch times give
+the number of devices online at any time in O(R log M), independent of N.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simfl.errors import InputError
+from simfl.population.devices import DeviceTable
+from simfl.population.diurnal import diurnal_intervals
+from simfl.population.trace import read_trace, write_trace
+from simfl.rng import Streams
+from simfl.scenario import AvailabilityConfig
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Online intervals of N devices and exact queries over them (valid up to horizon_s)."""
+
+    offsets: np.ndarray  # (N + 1,) int64
+    t_on_s: np.ndarray  # (M,) sorted within each device
+    t_off_s: np.ndarray  # (M,)
+    region_idx: np.ndarray  # (N,)
+    num_regions: int
+    horizon_s: float
+    region_offsets: np.ndarray  # (R + 1,): region r's switches are rows [ro[r], ro[r + 1])
+    sorted_on_s: np.ndarray  # (M,) t_on_s sorted within each region
+    sorted_off_s: np.ndarray  # (M,) t_off_s sorted within each region
+    max_intervals: int  # most intervals of one device (binary search depth)
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    def _check_time(self, t_s: np.ndarray | float) -> None:
+        if np.max(t_s) > self.horizon_s:
+            raise ValueError(f"time {np.max(t_s)} s is past the availability horizon "
+                             f"{self.horizon_s} s (population.availability.horizon_s)")
+
+    def _locate(self, device_idx: np.ndarray, t_s: np.ndarray) -> np.ndarray:
+        """Row of the last interval of each device starting at or before t (-1 if none)."""
+        first = self.offsets[device_idx]
+        lo, hi = first.copy(), self.offsets[device_idx + 1]
+        last_row = max(self.t_on_s.shape[0] - 1, 0)
+        for _ in range(math.ceil(math.log2(self.max_intervals + 1)) + 1):
+            active = lo < hi
+            if not active.any():
+                break
+            mid = np.minimum((lo + hi) // 2, last_row)
+            right = self.t_on_s[mid] <= t_s
+            lo = np.where(active & right, mid + 1, lo)
+            hi = np.where(active & ~right, mid, hi)
+        return np.where(lo > first, lo - 1, -1)
+
+    def _query(self, device_idx: object, t_s: object) -> tuple[np.ndarray, np.ndarray,
+                                                               np.ndarray]:
+        d, t = np.broadcast_arrays(np.asarray(device_idx, dtype=np.int64),
+                                   np.asarray(t_s, dtype=np.float64))
+        if d.size:
+            self._check_time(t)
+        row = self._locate(d, t)
+        safe = np.maximum(row, 0)
+        until = self.t_off_s[safe] if self.t_off_s.size else np.zeros(d.shape)
+        online = (row >= 0) & (t < until)
+        return online, until, t
+
+    def is_online(self, device_idx: object, t_s: object) -> np.ndarray:
+        """Whether each device is online at t_s (arrays broadcast; bool array)."""
+        return self._query(device_idx, t_s)[0]
+
+    def online_until(self, device_idx: object, t_s: object) -> np.ndarray:
+        """When each device next goes offline; ``t_s`` itself where it is offline at t_s.
+
+        A task on device d from t0 to t1 finds it online throughout iff
+        ``online_until(d, t0) >= t1``.
+        """
+        online, until, t = self._query(device_idx, t_s)
+        return np.where(online, until, t)
+
+    def num_online(self, t_s: float) -> int:
+        """Number of devices online at t_s, exact, in O(R log M)."""
+        return int(self.num_online_by_region(np.array([t_s]))[0].sum())
+
+    def num_online_by_region(self, hour_starts_s: np.ndarray) -> np.ndarray:
+        """(T, R) int64: devices online in each region at each given time."""
+        times = np.asarray(hour_starts_s, dtype=np.float64)
+        self._check_time(times)
+        counts = np.zeros((times.shape[0], self.num_regions), dtype=np.int64)
+        for r in range(self.num_regions):
+            a, b = self.region_offsets[r], self.region_offsets[r + 1]
+            started = np.searchsorted(self.sorted_on_s[a:b], times, side="right")
+            ended = np.searchsorted(self.sorted_off_s[a:b], times, side="right")
+            counts[:, r] = started - ended  # intervals with t_on <= t < t_off
+        return counts
+
+    def online_devices(self, t_s: float) -> np.ndarray:
+        """All devices online at t_s (O(N): for small populations and fallbacks)."""
+        return np.flatnonzero(self.is_online(np.arange(self.num_devices), t_s))
+
+    def sample_online(self, t_s: float, k: int, rng: np.random.Generator,
+                      busy_mask: np.ndarray | None = None) -> np.ndarray:
+        """Up to k distinct devices drawn uniformly among those online at t_s and not busy.
+
+        Rejection sampling of uniform random ids, O(k N / num_online) per call, with an
+        exhaustive O(N) fallback when few are online or most online ones are busy. The
+        result is uniform over k-subsets of the eligible devices (in draw order).
+        """
+        num_online = self.num_online(t_s)
+        n = self.num_devices
+        if k <= 0 or num_online == 0:
+            return _EMPTY
+        if k * n > num_online * (n // 4 + 1):
+            return self._sample_exhaustive(t_s, k, rng, busy_mask)
+        chosen, drawn = _EMPTY, 0
+        while drawn < n:
+            batch = int(1.5 * (k - chosen.size) * n / num_online) + 16
+            ids = rng.integers(0, n, size=batch)
+            ok = self.is_online(ids, t_s)
+            if busy_mask is not None:
+                ok &= ~busy_mask[ids]
+            pool = np.concatenate([chosen, ids[ok]])
+            first = np.sort(np.unique(pool, return_index=True)[1])
+            chosen = pool[first][:k]
+            if chosen.size == k:
+                return chosen
+            drawn += batch
+        return self._sample_exhaustive(t_s, k, rng, busy_mask)
+
+    def _sample_exhaustive(self, t_s: float, k: int, rng: np.random.Generator,
+                           busy_mask: np.ndarray | None) -> np.ndarray:
+        eligible = self.online_devices(t_s)
+        if busy_mask is not None:
+            eligible = eligible[~busy_mask[eligible]]
+        if eligible.size <= k:
+            return rng.permutation(eligible)
+        return rng.choice(eligible, size=k, replace=False)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(device, t_on_s, t_off_s) of every interval, sorted by device and time."""
+        device = np.repeat(np.arange(self.num_devices, dtype=np.int64), np.diff(self.offsets))
+        return device, self.t_on_s, self.t_off_s
+
+    def write_trace(self, path: str | Path) -> None:
+        """Write these intervals as a trace file (see simfl.population.trace)."""
+        write_trace(path, *self.intervals())
+
+
+def from_intervals(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
+                   region_idx: np.ndarray, num_regions: int,
+                   horizon_s: float = math.inf) -> Availability:
+    """An Availability from intervals sorted by (device, t_on_s), non-overlapping."""
+    counts = np.bincount(device, minlength=region_idx.shape[0])
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return from_csr(offsets, t_on_s, t_off_s, region_idx, num_regions, horizon_s)
+
+
+def from_csr(offsets: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
+             region_idx: np.ndarray, num_regions: int,
+             horizon_s: float = math.inf) -> Availability:
+    """An Availability from CSR intervals: device d's are rows offsets[d]:offsets[d + 1]."""
+    counts = np.diff(offsets)
+    interval_region = np.repeat(region_idx.astype(np.int32), counts)
+    region_offsets = np.concatenate(
+        [[0], np.cumsum(np.bincount(interval_region, minlength=num_regions))]).astype(np.int64)
+    sorted_on, sorted_off = np.empty_like(t_on_s), np.empty_like(t_off_s)
+    for r in range(num_regions):
+        a, b = region_offsets[r], region_offsets[r + 1]
+        mask = interval_region == r
+        sorted_on[a:b] = t_on_s[mask]
+        sorted_on[a:b].sort()
+        sorted_off[a:b] = t_off_s[mask]
+        sorted_off[a:b].sort()
+    return Availability(
+        offsets=offsets, t_on_s=t_on_s, t_off_s=t_off_s, region_idx=region_idx,
+        num_regions=num_regions, horizon_s=horizon_s, region_offsets=region_offsets,
+        sorted_on_s=sorted_on, sorted_off_s=sorted_off,
+        max_intervals=int(counts.max(initial=0)))
+
+
+def always_online(region_idx: np.ndarray, num_regions: int) -> Availability:
+    """Every device online on [0, inf)."""
+    n = region_idx.shape[0]
+    return from_intervals(np.arange(n, dtype=np.int64), np.zeros(n), np.full(n, np.inf),
+                          region_idx, num_regions)
+
+
+def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
+                       streams: Streams) -> Availability:
+    """The availability of ``devices`` for the configured mode (always / diurnal / trace)."""
+    num_regions = len(devices.region_names)
+    if cfg.mode == "always":
+        return always_online(devices.region_idx, num_regions)
+    if cfg.mode == "trace":
+        if not cfg.trace_path:
+            raise InputError("population.availability.mode = 'trace' needs "
+                             "population.availability.trace_path")
+        return from_intervals(*read_trace(cfg.trace_path, devices.num_devices),
+                              devices.region_idx, num_regions)
+    intervals = diurnal_intervals(devices.utc_offset_s, cfg.online_prob_by_hour,
+                                  cfg.session_mean_s, cfg.horizon_s,
+                                  streams.numpy("availability"))
+    return from_csr(*intervals, devices.region_idx, num_regions, cfg.horizon_s)

@@ -1,0 +1,305 @@
+"""Transfers over the shared network in simulated time: max-min fair link sharing.
+
+A transfer of ``num_bytes`` between a device and the server first waits its path
+latency, then streams at a rate limited by every link it crosses: the device's own
+access link (its drawn bandwidth) and the shared links of its region's path
+(simfl.population.network). Concurrent transfers on a link share its capacity max-min
+fairly, as by progressive filling (Bertsekas & Gallager, "Data Networks", 2nd ed.,
+§6.5.2): all rates grow together; a transfer stops growing when its access link or a
+link it crosses saturates. Rates are recomputed whenever a transfer starts or ends.
+
+Cost: a link whose transfers' access bandwidths sum to no more than its capacity can
+never bind, so while no shared link is over-subscribed each transfer simply runs at its
+access bandwidth and a start or end touches nothing else. Only the transfers crossing
+an over-subscribed link are re-filled. Projected completion times sit in one heap, and
+one pending SimPy timeout stands for the earliest (stale ones are ignored), so a
+transfer costs O(log K) and a few SimPy events (its latency, its completion, at most
+one timer per start or end), not one per tick.
+
+SimPy, numpy and networkx only: never torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simfl.population.network import DIRECTIONS, Direction, NetworkPaths
+
+_TIME_EPS_S = 1e-9  # completions this close to a timer are due at it
+_OVERLOAD = 1.0 + 1e-12  # relative slack before a link counts as over-subscribed
+
+
+def max_min_rates(caps: np.ndarray, member: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Max-min fair rates by progressive filling.
+
+    Args:
+        caps: (K,) each transfer's own limit (its access link), > 0.
+        member: (K, S) bool, transfer k crosses shared link s.
+        capacity: (S,) shared link capacities, > 0.
+
+    Returns:
+        (K,) rates. All transfers not yet frozen share one level; the next event is
+        either the smallest cap (those transfers freeze at their caps) or the first link
+        to saturate (its transfers freeze at the level).
+    """
+    rates = np.zeros(caps.shape[0])
+    frozen = np.zeros(caps.shape[0], dtype=bool)
+    remaining = capacity.astype(float).copy()
+    while not frozen.all():
+        count = member[~frozen].sum(axis=0)
+        level = np.full(remaining.shape, np.inf)
+        np.divide(np.maximum(remaining, 0.0), count, out=level, where=count > 0)
+        fill = float(level.min()) if level.size else math.inf
+        capped = ~frozen & (caps <= fill)
+        if capped.any():
+            rates[capped] = caps[capped]
+            frozen |= capped
+            remaining -= np.where(member[capped], caps[capped][:, None], 0.0).sum(axis=0)
+            continue
+        saturated = ~frozen & member[:, int(np.argmin(level))]
+        rates[saturated] = fill
+        frozen |= saturated
+        remaining -= fill * member[saturated].sum(axis=0)
+    return rates
+
+
+@dataclass(eq=False, slots=True)
+class _Flow:
+    cap: float  # bytes/s: the device's access link in this direction
+    links: tuple[int, ...]  # shared link ids crossed
+    path_id: int  # 2 * region + direction index
+    remaining_bytes: float  # as of t_update_s (free transfers only)
+    done: simpy.Event
+    rate: float = 0.0  # bytes/s since t_update_s (free transfers: the cap)
+    t_update_s: float = 0.0
+    version: int = 0  # bumped when the heap entry goes stale
+    slot: int = -1  # row in the constrained arrays, -1 when free
+
+
+class _Constrained:
+    """Transfers crossing an over-subscribed link: compact numpy rows, refilled together."""
+
+    def __init__(self) -> None:
+        self.flows: list[_Flow] = []
+        self.cap = np.zeros(16)
+        self.remaining = np.zeros(16)  # bytes as of synced_s
+        self.rate = np.zeros(16)
+        self.finish_s = np.zeros(16)
+        self.path_id = np.zeros(16, dtype=np.int64)
+        self.synced_s = 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self.flows)
+
+    def sync(self, now: float) -> None:
+        n = self.size
+        self.remaining[:n] = np.maximum(
+            self.remaining[:n] - self.rate[:n] * (now - self.synced_s), 0.0)
+        self.synced_s = now
+
+    def add(self, flow: _Flow, remaining_bytes: float) -> None:
+        n = self.size
+        if n == self.cap.shape[0]:
+            for name in ("cap", "remaining", "rate", "finish_s", "path_id"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+        self.cap[n], self.remaining[n], self.rate[n] = flow.cap, remaining_bytes, 0.0
+        self.finish_s[n], self.path_id[n] = math.inf, flow.path_id
+        flow.slot = n
+        self.flows.append(flow)
+
+    def remove(self, flow: _Flow) -> float:
+        """Take a transfer out (swap with the last row); returns its remaining bytes."""
+        i, last = flow.slot, self.size - 1
+        remaining = float(self.remaining[i])
+        for a in (self.cap, self.remaining, self.rate, self.finish_s, self.path_id):
+            a[i] = a[last]
+        self.flows[i] = self.flows[last]
+        self.flows[i].slot = i
+        self.flows.pop()
+        flow.slot = -1
+        return remaining
+
+
+class LinkSharing:
+    """Concurrent transfers on the network of ``paths``, in ``env``'s simulated time.
+
+    Free transfers (crossing no over-subscribed link) run at their access rate and
+    their completions sit in a heap; constrained ones are numpy rows refilled together
+    (max_min_rates) whenever the constrained set changes.
+    """
+
+    def __init__(self, env: simpy.Environment, paths: NetworkPaths) -> None:
+        self._env = env
+        self._paths = paths
+        self._capacity = [float(c) for c in paths.link_capacity_bytes_per_s]
+        num_links = len(self._capacity)
+        self._demand = [0.0] * num_links  # sum of the caps of the active transfers
+        self._members: list[set[_Flow]] = [set() for _ in range(num_links)]
+        self._congested: set[int] = set()
+        self._path_links = [paths.region_links[direction][r]
+                            for r in range(len(paths.region_links["up"]))
+                            for direction in DIRECTIONS]
+        self._region_latency_s = {d: paths.region_latency_s[d].tolist() for d in DIRECTIONS}
+        self._heap: list[tuple[float, int, int, _Flow]] = []
+        self._seq = itertools.count()
+        self._constrained = _Constrained()
+        self._timer: simpy.Event | None = None
+        self._timer_at_s = math.inf
+        self.num_active = 0
+
+    def transfer(self, device_idx: int, num_bytes: float, direction: Direction) -> simpy.Event:
+        """An event that succeeds (value: the time) when the transfer has arrived."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
+        done = self._env.event()
+        paths = self._paths
+        region = paths.region_idx.item(device_idx)
+        flow = _Flow(cap=paths.access_bytes_per_s[direction].item(device_idx),
+                     links=paths.region_links[direction][region],
+                     path_id=2 * region + (direction == "up"),
+                     remaining_bytes=float(num_bytes), done=done)
+        latency_s = (paths.access_latency_s.item(device_idx)
+                     + self._region_latency_s[direction][region])
+        if latency_s > 0:
+            self._env.timeout(latency_s).callbacks.append(lambda _event: self._begin(flow))
+        else:
+            self._begin(flow)
+        return done
+
+    def _crosses_congested(self, flow: _Flow) -> bool:
+        return any(link in self._congested for link in flow.links)
+
+    def _begin(self, flow: _Flow) -> None:
+        now = self._env.now
+        if flow.remaining_bytes <= 0:
+            flow.done.succeed(now)
+            return
+        flow.t_update_s = now
+        self.num_active += 1
+        became, _ = self._change_demand(flow, +1.0)
+        if not became and not self._crosses_congested(flow):
+            self._free(flow, flow.remaining_bytes)
+        else:
+            self._constrained.sync(now)
+            for link in became:
+                for other in self._members[link]:
+                    if other.slot < 0 and other is not flow:
+                        self._constrain(other)
+            self._constrain(flow)
+            self._refill()
+        self._arm_timer()
+
+    def _change_demand(self, flow: _Flow, sign: float) -> tuple[list[int], list[int]]:
+        """Add or remove a transfer; returns (links now over-subscribed, links relieved)."""
+        became, relieved = [], []
+        for link in flow.links:
+            if sign > 0:
+                self._members[link].add(flow)
+                self._demand[link] += flow.cap
+            else:
+                self._members[link].discard(flow)
+                self._demand[link] = (self._demand[link] - flow.cap
+                                      if self._members[link] else 0.0)
+            over = self._demand[link] > self._capacity[link] * _OVERLOAD
+            if over and link not in self._congested:
+                self._congested.add(link)
+                became.append(link)
+            elif not over and link in self._congested:
+                self._congested.discard(link)
+                relieved.append(link)
+        return became, relieved
+
+    def _constrain(self, flow: _Flow) -> None:
+        """Move a free (or new, rate 0) transfer into the constrained rows."""
+        now = self._env.now
+        flow.version += 1
+        self._constrained.add(flow, flow.remaining_bytes - flow.rate * (now - flow.t_update_s))
+
+    def _free(self, flow: _Flow, remaining_bytes: float) -> None:
+        """Run a transfer at its access rate from now; its completion goes on the heap."""
+        now = self._env.now
+        flow.remaining_bytes, flow.rate, flow.t_update_s = remaining_bytes, flow.cap, now
+        flow.version += 1
+        finish_s = now + remaining_bytes / flow.cap
+        heapq.heappush(self._heap, (finish_s, next(self._seq), flow.version, flow))
+
+    def _release(self, relieved: list[int]) -> None:
+        for link in relieved:
+            for flow in list(self._members[link]):
+                if flow.slot >= 0 and not self._crosses_congested(flow):
+                    self._free(flow, self._constrained.remove(flow))
+
+    def _refill(self) -> None:
+        """Max-min fair rates of the constrained transfers over the over-subscribed links."""
+        rows, n = self._constrained, self._constrained.size
+        if n == 0:
+            return
+        congested = sorted(self._congested)
+        table = np.array([[link in links for link in congested] for links in self._path_links],
+                         dtype=bool).reshape(len(self._path_links), len(congested))
+        capacity = np.array([self._capacity[link] for link in congested])
+        rows.rate[:n] = max_min_rates(rows.cap[:n], table[rows.path_id[:n]], capacity)
+        rows.finish_s[:n] = rows.synced_s + rows.remaining[:n] / rows.rate[:n]
+
+    def _valid(self, entry: tuple[float, int, int, _Flow]) -> bool:
+        flow = entry[3]
+        return flow.slot < 0 and entry[2] == flow.version
+
+    def _next_completion_s(self) -> float:
+        while self._heap and not self._valid(self._heap[0]):
+            heapq.heappop(self._heap)
+        t_heap = self._heap[0][0] if self._heap else math.inf
+        n = self._constrained.size
+        return min(t_heap, float(self._constrained.finish_s[:n].min()) if n else math.inf)
+
+    def _arm_timer(self) -> None:
+        t_next = self._next_completion_s()
+        if t_next >= self._timer_at_s:
+            return  # an earlier (or the same) timer is pending; none if t_next is inf
+        self._timer_at_s = t_next
+        self._timer = self._env.timeout(max(t_next - self._env.now, 0.0))
+        self._timer.callbacks.append(self._on_timer)
+
+    def _pop_due(self, now: float) -> list[_Flow]:
+        due = []
+        while self._heap and self._heap[0][0] <= now + _TIME_EPS_S:
+            entry = heapq.heappop(self._heap)
+            if self._valid(entry):
+                due.append(entry[3])
+        rows = self._constrained
+        if rows.flows:
+            for i in np.flatnonzero(rows.finish_s[:rows.size] <= now + _TIME_EPS_S):
+                due.append(rows.flows[i])
+        return due
+
+    def _on_timer(self, event: simpy.Event) -> None:
+        if event is not self._timer:
+            return  # superseded by an earlier completion
+        self._timer, self._timer_at_s = None, math.inf
+        now = self._env.now
+        if self._constrained.flows:
+            self._constrained.sync(now)
+        due = self._pop_due(now)
+        refill = False
+        for flow in due:
+            flow.version += 1
+            if flow.slot >= 0:
+                self._constrained.remove(flow)
+                refill = True
+            self.num_active -= 1
+            _, relieved = self._change_demand(flow, -1.0)
+            self._release(relieved)
+            refill = refill or bool(relieved)
+        if refill:
+            self._refill()
+        for flow in due:
+            flow.done.succeed(now)
+        self._arm_timer()
