@@ -1,0 +1,297 @@
+"""Figures from a run's Parquet tables (DESIGN.md section 6).
+
+Reads Parquet and manifest.json only; never imports the simulator or torch.
+Each ``plot_*`` function takes polars DataFrames and returns a matplotlib
+Figure built without pyplot (so no global state and no display backend);
+``plot_run`` writes them as PNG files and ``compare_runs`` overlays several runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from simfl.errors import InputError
+from simfl.metrics import TAIL_LEVEL, error_summary
+
+SECONDS_PER_HOUR = 3600.0
+P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
+_THETA_AGGREGATORS = frozenset({"deltafl"})  # aggregators whose label shows theta
+
+
+# --- data preparation ---------------------------------------------------------
+
+
+def error_by_round(eval_df: pl.DataFrame) -> pl.DataFrame:
+    """Per (round, split): t_s, num_devices and error mean and p90 (simfl.metrics).
+
+    Returns columns round, split, t_s, num_devices, mean, p90, sorted by split and round.
+    """
+    rows = []
+    for (round_idx, split), group in eval_df.group_by(["round", "split"]):
+        summary = error_summary(group["error"].drop_nulls().to_numpy())
+        rows.append({"round": round_idx, "split": split, "t_s": group["t_s"].max(),
+                     "num_devices": group.height, **summary})
+    schema = {"round": pl.Int64, "split": pl.String, "t_s": pl.Float64,
+              "num_devices": pl.Int64, "mean": pl.Float64, "p90": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).sort("split", "round")
+
+
+def cumulative_bytes(rounds_df: pl.DataFrame) -> pl.DataFrame:
+    """Bytes down + up summed over the rounds completed before each evaluation.
+
+    Eval round r follows r completed rounds (0..r-1), so row r sums those and
+    round 0 (the initial model) is 0. Returns columns round, bytes_cum.
+    """
+    done = (
+        rounds_df.sort("round")
+        .select(
+            (pl.col("round") + 1).cast(pl.Int64).alias("round"),
+            (pl.col("bytes_down") + pl.col("bytes_up")).cum_sum().cast(pl.Int64).alias("bytes_cum"),
+        )
+    )
+    start = pl.DataFrame({"round": [0], "bytes_cum": [0]}, schema=done.schema)
+    return pl.concat([start, done])
+
+
+def tail_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> pl.DataFrame:
+    """Test-split summary per eval round joined with cumulative bytes (null when unknown)."""
+    test = error_by_round(eval_df).filter(pl.col("split") == "test")
+    return test.join(cumulative_bytes(rounds_df), on="round", how="left").sort("round")
+
+
+def last_round_rows(eval_df: pl.DataFrame) -> pl.DataFrame:
+    """All eval rows at the last round at which test devices were evaluated."""
+    test = eval_df.filter(pl.col("split") == "test")
+    last = (test if test.height else eval_df)["round"].max()
+    return eval_df.filter(pl.col("round") == last)
+
+
+def run_label(run_dir: Path) -> str:
+    """Legend label: the manifest's aggregator (with theta where it applies), else the folder."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        agg = manifest.get("aggregator") or manifest["scenario"]["aggregator"]
+        name = str(agg["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return run_dir.name
+    theta = agg.get("theta")
+    return f"{name} θ={theta:g}" if name in _THETA_AGGREGATORS and theta is not None else name
+
+
+def byte_unit(max_bytes: float) -> tuple[float, str]:
+    """(divisor, unit) in decimal units so that max_bytes reads as a small number."""
+    for divisor, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if max_bytes >= divisor:
+            return divisor, unit
+    return 1.0, "B"
+
+
+def _max_bytes(table: pl.DataFrame) -> float:
+    known = table["bytes_cum"].drop_nulls().to_numpy()
+    return float(known.max()) if known.size else 0.0
+
+
+def _duration_unit(max_s: float) -> tuple[float, str]:
+    if max_s >= 10 * SECONDS_PER_HOUR:
+        return SECONDS_PER_HOUR, "h"
+    return (60.0, "min") if max_s >= 600 else (1.0, "s")
+
+
+# --- figures --------------------------------------------------------------------
+
+
+def _new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=figsize, layout="constrained")
+    with sns.axes_style("whitegrid"):
+        ax = fig.add_subplot()
+    return fig, ax
+
+
+def plot_test_error_hist(eval_df: pl.DataFrame) -> Figure:
+    """Histogram of test-device errors at the last eval round, with mean and p90 marked."""
+    rows = last_round_rows(eval_df).filter(pl.col("split") == "test")
+    errors = rows["error"].drop_nulls().to_numpy()
+    summary = error_summary(errors)
+    fig, ax = _new_axes()
+    sns.histplot(x=errors, bins=min(30, max(5, errors.size // 5)), ax=ax, color="C0")
+    ax.axvline(summary["mean"], color="C1", ls="--", label=f"mean = {summary['mean']:.3f}")
+    ax.axvline(summary["p90"], color="C3", ls="-", label=f"{P90_LABEL} = {summary['p90']:.3f}")
+    ax.set(xlabel="per-device test error", ylabel="number of test devices",
+           title=f"Test-device error after round {rows['round'][0]} ({errors.size} devices)")
+    ax.legend()
+    return fig
+
+
+def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
+    """Per-device error vs local data size at the last eval round, one marker per split."""
+    rows = last_round_rows(eval_df)
+    fig, ax = _new_axes()
+    for split, marker, color in (("test", "o", "C0"), ("train", "^", "C2")):
+        part = rows.filter(pl.col("split") == split)
+        if part.height:
+            ax.scatter(part["num_samples"].to_numpy(), part["error"].to_numpy(), s=14,
+                       marker=marker, color=color, alpha=0.6, label=f"{split} ({part.height})")
+    ax.set_xscale("log")
+    ax.set(xlabel="local data size (samples, log scale)", ylabel="per-device error",
+           title=f"Error vs data size after round {rows['round'][0]}")
+    ax.legend(title="split (devices)")
+    return fig
+
+
+def plot_error_vs_rounds(eval_df: pl.DataFrame) -> Figure:
+    """Mean and p90 error vs round; test solid, train dashed."""
+    summary = error_by_round(eval_df)
+    fig, ax = _new_axes()
+    for split, ls in (("test", "-"), ("train", "--")):
+        part = summary.filter(pl.col("split") == split)
+        for stat, color, name in (("mean", "C0", "mean"), ("p90", "C3", P90_LABEL)):
+            if part.height:
+                ax.plot(part["round"].to_numpy(), part[stat].to_numpy(), ls=ls, marker=".",
+                        color=color, label=f"{split} {name}")
+    ax.set(xlabel="round (completed rounds)", ylabel="per-device error",
+           title="Error across devices vs rounds")
+    ax.legend()
+    return fig
+
+
+def _plot_tail_vs_bytes(ax: Axes, table: pl.DataFrame, divisor: float, label: str) -> None:
+    known = table.filter(pl.col("bytes_cum").is_not_null())
+    ax.plot(known["bytes_cum"].to_numpy() / divisor, known["p90"].to_numpy(), marker=".",
+            label=label)
+
+
+def plot_p90_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> Figure:
+    """Test p90 error vs cumulative communication (bytes down + up)."""
+    table = tail_vs_bytes(eval_df, rounds_df)
+    divisor, unit = byte_unit(_max_bytes(table))
+    fig, ax = _new_axes()
+    _plot_tail_vs_bytes(ax, table, divisor, "test")
+    ax.set(xlabel=f"cumulative communication, down + up ({unit})",
+           ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
+    return fig
+
+
+def plot_p90_vs_time(eval_df: pl.DataFrame) -> Figure:
+    """Test p90 error vs simulated time of evaluation."""
+    test = error_by_round(eval_df).filter(pl.col("split") == "test")
+    fig, ax = _new_axes()
+    ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".")
+    ax.set(xlabel="simulated time (h)", ylabel=f"test error, {P90_LABEL}",
+           title="Tail error vs simulated time")
+    return fig
+
+
+def plot_round_durations(rounds_df: pl.DataFrame) -> Figure:
+    """Round duration vs round start time (a diurnal cycle shows as a wave)."""
+    start_h = rounds_df["t_start_s"].to_numpy() / SECONDS_PER_HOUR
+    duration_s = (rounds_df["t_end_s"] - rounds_df["t_start_s"]).to_numpy()
+    divisor, unit = _duration_unit(float(np.nanmax(duration_s)))
+    fig, ax = _new_axes()
+    ax.plot(start_h, duration_s / divisor, marker=".", ls="-", lw=0.6)
+    ax.set_ylim(bottom=0.0)
+    ax.set(xlabel="round start, simulated time (h)", ylabel=f"round duration ({unit})",
+           title=f"Round durations ({rounds_df.height} rounds)")
+    return fig
+
+
+def plot_availability(avail_df: pl.DataFrame) -> Figure:
+    """Online devices vs simulated time: one step line per region, plus the total."""
+    per_region = avail_df.group_by("t_s", "region").agg(pl.col("num_online").sum())
+    total = per_region.group_by("t_s").agg(pl.col("num_online").sum()).sort("t_s")
+    fig, ax = _new_axes((7.5, 4.2))
+    for region in sorted(per_region["region"].unique().to_list()):
+        part = per_region.filter(pl.col("region") == region).sort("t_s")
+        ax.step(part["t_s"].to_numpy() / SECONDS_PER_HOUR, part["num_online"].to_numpy(),
+                where="post", lw=1.0, label=str(region))
+    ax.step(total["t_s"].to_numpy() / SECONDS_PER_HOUR, total["num_online"].to_numpy(),
+            where="post", color="black", lw=2.0, label="total")
+    ax.set(xlabel="simulated time (h)", ylabel="devices online", title="Device availability")
+    ax.legend(title="region", fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
+# --- files ----------------------------------------------------------------------
+
+
+def _read_table(run_dir: Path, name: str) -> pl.DataFrame | None:
+    """The table run_dir/name.parquet, or None when absent or empty."""
+    path = run_dir / f"{name}.parquet"
+    if not path.is_file():
+        return None
+    try:
+        table = pl.read_parquet(path)
+    except (OSError, pl.exceptions.ComputeError) as e:
+        raise InputError(f"{path}: cannot read Parquet ({e})") from None
+    return table if table.height else None
+
+
+def _figure_makers(
+    ev: pl.DataFrame | None, rounds: pl.DataFrame | None, avail: pl.DataFrame | None
+) -> dict[str, Callable[[], Figure]]:
+    """File name -> figure builder, for the figures whose tables are present."""
+    makers: dict[str, Callable[[], Figure]] = {}
+    if ev is not None and bool((ev["split"] == "test").any()):
+        makers["test_error_hist.png"] = partial(plot_test_error_hist, ev)
+        makers["p90_vs_time.png"] = partial(plot_p90_vs_time, ev)
+        if rounds is not None:
+            makers["p90_vs_bytes.png"] = partial(plot_p90_vs_bytes, ev, rounds)
+    if ev is not None:
+        makers["error_vs_size.png"] = partial(plot_error_vs_size, ev)
+        makers["error_vs_rounds.png"] = partial(plot_error_vs_rounds, ev)
+    if rounds is not None:
+        makers["round_durations.png"] = partial(plot_round_durations, rounds)
+    if avail is not None:
+        makers["availability.png"] = partial(plot_availability, avail)
+    return makers
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    """Write the figures of one run into run_dir/plots; return the written PNG paths.
+
+    Figures whose tables are absent or empty are skipped.
+    """
+    run_dir = Path(run_dir)
+    if not any((run_dir / f"{t}.parquet").is_file() for t in ("rounds", "eval")):
+        raise InputError(f"{run_dir}: not a simfl run directory (no rounds.parquet)")
+    makers = _figure_makers(*(_read_table(run_dir, t) for t in ("eval", "rounds", "availability")))
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    for filename, make in makers.items():
+        make().savefig(out_dir / filename, dpi=120)
+        written.append(out_dir / filename)
+    return written
+
+
+def compare_runs(run_dirs: list[Path], out: Path) -> Path:
+    """Overlay test p90 error vs cumulative bytes for several runs; write the PNG at out."""
+    tables, labels = [], []
+    for run_dir in map(Path, run_dirs):
+        ev, rounds = _read_table(run_dir, "eval"), _read_table(run_dir, "rounds")
+        if ev is None or rounds is None:
+            raise InputError(f"{run_dir}: needs non-empty eval.parquet and rounds.parquet")
+        tables.append(tail_vs_bytes(ev, rounds))
+        labels.append(run_label(run_dir))
+    # Two runs with the same aggregator label are told apart by their folder.
+    labels = [f"{label} ({Path(d).name})" if labels.count(label) > 1 else label
+              for label, d in zip(labels, run_dirs, strict=True)]
+    divisor, unit = byte_unit(max((_max_bytes(t) for t in tables), default=0.0))
+    fig, ax = _new_axes((7.0, 4.5))
+    for table, label in zip(tables, labels, strict=True):
+        _plot_tail_vs_bytes(ax, table, divisor, label)
+    ax.set(xlabel=f"cumulative communication, down + up ({unit})",
+           ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
+    ax.legend(title="run")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
