@@ -61,6 +61,9 @@ class DataConfig:
     min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
     test_client_fraction: float = _f(0.5, FRACTION_OPEN)  # writer-level split: unseen test devices
     max_clients: int = _f(0, NON_NEGATIVE)  # subsample this many writers (0 = all)
+    # Standardise inputs with the training devices' mean and std. Off: images stay in
+    # [0, 1] (MNIST polarity), the scale the papers' learning rates were tuned for.
+    standardise: bool = True
     synthetic: SyntheticConfig = _f(SyntheticConfig)
 
 

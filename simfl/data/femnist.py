@@ -72,7 +72,7 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
         )
     train_rows = groups.order[client_rows(groups.offsets, train_idx)]
     test_rows = groups.order[client_rows(groups.offsets, test_idx)]
-    lut = _pixel_table(_pixel_counts(images, train_rows))
+    lut = _pixel_table(_pixel_counts(images, train_rows) if cfg.standardise else None)
 
     def pack(client_idx: np.ndarray, rows: np.ndarray) -> ClientData:
         counts = np.diff(groups.offsets)[client_idx]
@@ -135,9 +135,12 @@ def _pixel_counts(images: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _pixel_table(counts: np.ndarray) -> np.ndarray:
-    """(256,) float32: stored value v -> standardised MNIST-polarity value."""
+def _pixel_table(counts: np.ndarray | None) -> np.ndarray:
+    """(256,) float32: stored value v -> MNIST-polarity value, standardised with the
+    training pixels' histogram ``counts`` (or left in [0, 1] when it is None)."""
     inverted = (255.0 - np.arange(256)) / 255.0  # ink bright, background 0
+    if counts is None:
+        return inverted.astype(np.float32)
     total = max(int(counts.sum()), 1)
     mean = float(counts @ inverted) / total
     std = float(np.sqrt(counts @ (inverted - mean) ** 2 / total))

@@ -112,7 +112,8 @@ def federate(
     rng = streams.numpy("data_split")
     train_idx, test_idx = split_clients(clients.num_samples, cfg, rng, source)
     train, test = clients.subset(train_idx), clients.subset(test_idx)
-    train_x, test_x = standardise(train.x, test.x, per_feature)
+    train_x, test_x = (standardise(train.x, test.x, per_feature) if cfg.standardise
+                       else (train.x, test.x))
     return FederatedData(
         name=name,
         train=dataclasses.replace(train, x=train_x),

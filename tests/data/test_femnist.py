@@ -71,6 +71,15 @@ def test_polarity_and_standardisation_by_hand(tmp_path: Path) -> None:
     assert str(data.train.x.dtype) == "torch.float32" and str(data.train.y.dtype) == "torch.int64"
 
 
+def test_without_standardisation_pixels_stay_in_the_unit_interval(tmp_path: Path) -> None:
+    data = load(write_npz(tmp_path / "f.npz", **fixture_arrays()), standardise=False)
+    for side in (data.train, data.test):
+        for k, writer in enumerate(side.client_ids):
+            x = side.x[side.offsets[k] : side.offsets[k + 1]].double().numpy()
+            np.testing.assert_allclose(x[:, 0, 0, 0], 1.0)  # the ink pixel
+            np.testing.assert_allclose(x[:, 0, 5, 5], inverted(WRITERS[writer][1]), rtol=1e-6)
+
+
 def test_test_writers_do_not_change_the_training_side(tmp_path: Path) -> None:
     arrays = fixture_arrays()
     first = load(write_npz(tmp_path / "a.npz", **arrays))

@@ -75,3 +75,18 @@ def test_iid_limit_is_much_less_heterogeneous() -> None:
         return float(np.std(means, axis=0).mean())
 
     assert spread(0.0, 0.0) < spread(1.0, 3.0)
+
+
+def test_a_large_shared_model_decides_the_labels() -> None:
+    """With shared_model >> 1, y is almost always argmax(x W_0 + b_0) of the shared model."""
+    cfg = SyntheticConfig(num_clients=20, alpha=1.0, beta=1.0, shared_model=100.0)
+    clients = generate(cfg, Streams(0))
+    shared = Streams(0).numpy("synthetic_shared")
+    weights = shared.normal(0.0, 100.0, (cfg.dim, cfg.num_classes))
+    bias = shared.normal(0.0, 100.0, cfg.num_classes)
+    x = clients.x.double().numpy()
+    agree = (np.argmax(x @ weights + bias, axis=1) == clients.y.numpy()).mean()
+    assert agree > 0.95
+    leaf = generate(SyntheticConfig(num_clients=20), Streams(0))
+    assert (np.argmax(leaf.x.double().numpy() @ weights + bias, axis=1)
+            == leaf.y.numpy()).mean() < 0.5
