@@ -53,6 +53,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("t_start_s", pa.float64()),
         ("t_end_s", pa.float64()),
     ]),
+    "availability": pa.schema([
+        ("t_s", pa.float64()),  # start of the simulated hour
+        ("region", pa.string()),
+        ("num_online", pa.int64()),
+    ]),
     "eval": pa.schema([
         ("round", pa.int64()),  # rounds completed when evaluated (0 = initial model)
         ("t_s", pa.float64()),

@@ -8,6 +8,7 @@ import platform
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,25 @@ import torch
 from tqdm import tqdm
 
 from simfl.aggregate import make_aggregator
-from simfl.data import load_data
+from simfl.data import FederatedData, load_data
+from simfl.data.covariates import client_covariate
 from simfl.errors import InputError
 from simfl.metrics import error_summary
+from simfl.population import (
+    Availability,
+    DeviceTable,
+    NetworkPaths,
+    build_availability,
+    build_devices,
+    build_topology,
+    default_data_dir,
+    network_paths,
+)
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import Scenario, to_dict
-from simfl.sim.server import ServerState, sync_server
+from simfl.sim.network import LinkSharing
+from simfl.sim.server import Fleet, ServerState, sync_server
 from simfl.train import build_model, initial_params
 from simfl.train.learner import Learner
 
@@ -49,6 +62,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
     params = initial_params(model, streams.seed("init"), dtype).to(device)
     learner = Learner(model, params, data, make_aggregator(scenario.aggregator),
                       scenario.train, scenario.model.l2, scenario.eval, streams)
+    population = build_population(scenario, data, streams)
 
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -58,7 +72,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
     recorder = Recorder(run_dir)
     started = time.perf_counter()
     try:
-        summary = _simulate(scenario, learner, recorder, streams, progress)
+        summary, end_s = _simulate(scenario, learner, population, recorder, streams, progress)
+        _record_availability(population, recorder, run_dir, scenario, end_s)
         recorder.close()
     except BaseException as e:
         recorder.close()
@@ -72,9 +87,40 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
     return manifest
 
 
-def _simulate(scenario: Scenario, learner: Learner, recorder: Recorder, streams: Streams,
-              progress: bool) -> dict[str, dict[str, float]]:
-    """Run the rounds; return the last evaluation's mean and p90 error per split."""
+@dataclass(frozen=True)
+class Population:
+    devices: DeviceTable
+    availability: Availability
+    paths: NetworkPaths
+
+
+def build_population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
+    """One device per training client: regions, compute speed, links, availability."""
+    cfg = scenario.population
+    covariate = client_covariate(data.train, cfg.covariate)
+    devices = build_devices(cfg, data.train.num_clients, covariate, streams,
+                            default_data_dir(), scenario.model.name)
+    availability = build_availability(cfg.availability, devices, streams)
+    paths = network_paths(devices, build_topology(devices.region_names, cfg.network))
+    return Population(devices, availability, paths)
+
+
+def _record_availability(population: Population, recorder: Recorder, run_dir: Path,
+                         scenario: Scenario, end_s: float) -> None:
+    """Online devices per region at the start of every simulated hour of the run."""
+    hours = np.arange(0.0, min(end_s, population.availability.horizon_s) + 1.0, 3600.0)
+    counts = population.availability.num_online_by_region(hours)  # (T, R)
+    names = np.array(population.devices.region_names)
+    recorder.append("availability", t_s=np.repeat(hours, len(names)),
+                    region=np.tile(names, len(hours)).tolist(), num_online=counts.ravel())
+    if scenario.population.availability.log_intervals:
+        population.availability.write_trace(run_dir / "availability_intervals.parquet")
+
+
+def _simulate(scenario: Scenario, learner: Learner, population: Population, recorder: Recorder,
+              streams: Streams, progress: bool) -> tuple[dict[str, dict[str, float]], float]:
+    """Run the rounds; return the last evaluation's mean and p90 error per split, and
+    the simulated time at the end."""
     env = simpy.Environment()
     num_rounds = scenario.server.num_rounds
     bar = tqdm(total=num_rounds, desc=scenario.name, unit="round", disable=not progress,
@@ -97,11 +143,14 @@ def _simulate(scenario: Scenario, learner: Learner, recorder: Recorder, streams:
 
     evaluate(0, 0.0)
     state = ServerState()
-    env.process(sync_server(env, scenario.server, learner.data.train.num_clients, learner,
-                            recorder, streams, state, after_round))
+    devices = population.devices
+    fleet = Fleet(population.availability, devices.train_s_per_sample,
+                  devices.failure_rate_per_h, scenario.train.local_epochs)
+    env.process(sync_server(env, scenario.server, fleet, LinkSharing(env, population.paths),
+                            learner, recorder, streams, state, after_round))
     env.run()
     bar.close()
-    return summary
+    return summary, env.now
 
 
 def _device(name: str) -> torch.device:

@@ -96,7 +96,13 @@ class AggregatorConfig:
 class ServerConfig:
     num_rounds: int = _f(100, POSITIVE)
     clients_per_round: int = _f(10, POSITIVE)
-    round_duration_s: float = _f(60.0, NON_NEGATIVE)  # simulated seconds per round
+    # Select clients_per_round * (1 + over_selection) devices; the round closes once
+    # 1 / (1 + over_selection) of the devices that train have uploaded (Bonawitz et al. 2019).
+    over_selection: float = _f(0.0, NON_NEGATIVE)
+    min_online: int = _f(1, POSITIVE)  # wait until at least this many devices are online
+    wait_poll_s: float = _f(60.0, POSITIVE)  # how often to look again while waiting
+    deadline_s: float = _f(0.0, NON_NEGATIVE)  # round deadline from its start (0 = none)
+    round_interval_s: float = _f(0.0, NON_NEGATIVE)  # rounds start at most this often
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,7 @@ class AvailabilityConfig:
     )
     session_mean_s: float = _f(3600.0, POSITIVE)  # mean length of an online session
     horizon_s: float = _f(7 * 86400.0, POSITIVE)  # diurnal: simulated time precomputed
+    log_intervals: bool = False  # also write availability_intervals.parquet
     trace_path: str = ""  # trace: Parquet/CSV with columns device, t_on_s, t_off_s
 
 
@@ -194,8 +201,7 @@ class Scenario:
     aggregator: AggregatorConfig = _f(AggregatorConfig)
     server: ServerConfig = _f(ServerConfig)
     eval: EvalConfig = _f(EvalConfig)
-    # PopulationConfig becomes a section here once the engine uses it (issue 3); until
-    # then a [population] table is rejected rather than silently ignored.
+    population: PopulationConfig = _f(PopulationConfig)
 
 
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:

@@ -78,7 +78,9 @@ def test_same_seed_same_files_other_seed_differs(tmp_path: Path) -> None:
 def test_deltafl_theta_one_reproduces_fedavg(tmp_path: Path) -> None:
     delta = pl.read_parquet(run(tmp_path, "d", aggregator="deltafl", theta=1.0) / "eval.parquet")
     avg = pl.read_parquet(run(tmp_path, "f", aggregator="fedavg") / "eval.parquet")
-    assert delta.equals(avg)
+    # Same models, bit for bit; only the simulated times differ (Δ-FL's loss reports).
+    assert delta.drop("t_s").equals(avg.drop("t_s"))
+    assert (delta["t_s"] >= avg["t_s"]).all()
 
 
 def test_bad_key_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> None:

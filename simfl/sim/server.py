@@ -1,27 +1,45 @@
 """The synchronous server as a SimPy process (DESIGN.md §3).
 
 SimPy owns the clock; this module decides who takes part and when, and asks a
-:class:`Learner`-like object (numpy in, numpy out) what they compute. It never
-imports torch. At this stage every training device is always online and a
-round lasts ``round_duration_s`` simulated seconds; the device population
-(availability, compute and network costs, dropouts) plugs in through
-``select`` and the round's timeline.
+:class:`LearnerLike` object (numpy in, numpy out) what they compute; it never
+imports torch. A round:
+
+1. waits until at least ``min_online`` devices are online, then selects
+   ``clients_per_round × (1 + over_selection)`` of the devices online now and idle;
+2. each downloads the model over its network path (simfl.sim.network); if the
+   rule needs losses, computes F_k(w_t) on its data and uploads it;
+3. once every report is in (or the deadline passed) the server filters, and the
+   kept devices train (their compute time) and upload their update;
+4. the round closes when the first ``ceil(kept / (1 + over_selection))`` updates
+   have arrived, all kept devices are done, or the deadline passes; the updates
+   that arrived are aggregated.
+
+A device that goes offline (availability) or fails (hazard per hour of
+participation) before its task ends loses its work ("dropped"); one that
+finishes after the round closed is "late". The numerics run once per phase
+for the whole cohort, from the model version the devices downloaded. A round's
+rows are written once all of its devices are done (stragglers keep their
+links busy after the round closed), so every message is logged.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
+from simfl.population import Availability
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
+from simfl.sim.network import LinkSharing
 
 LOSS_REPORT_BYTES = 4  # one float32
+EVAL_COST_FRACTION = 1 / 3  # a forward pass costs about a third of a training step
 
 
 class SelectionLike(Protocol):
@@ -48,6 +66,16 @@ class LearnerLike(Protocol):
     def aggregate(self, client_idx: np.ndarray) -> None: ...
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """The devices as the server sees them: when they are online, how fast they compute."""
+
+    availability: Availability
+    train_s_per_sample: np.ndarray  # (N,) seconds per training sample on the device
+    failure_rate_per_h: np.ndarray  # (N,) failure hazard per hour of participation
+    local_epochs: int
+
+
 @dataclass
 class ServerState:
     """Everything needed to continue a run at a round boundary (no generator frames)."""
@@ -58,10 +86,31 @@ class ServerState:
 RoundHook = Callable[[int, float], None]  # (rounds completed, simulated time) after each round
 
 
+@dataclass
+class _Round:
+    """What happened to each selected device of one round, filled in as events arrive."""
+
+    index: int
+    t_start_s: float
+    num_online: int
+    devices: np.ndarray  # (K,) selected device (= client) indices
+    gone_at_s: np.ndarray  # (K,) when each device goes offline or fails
+    status: np.ndarray  # (K,) object: aggregated / filtered / dropped / late
+    loss: np.ndarray  # (K,) reported F_k(w_t), NaN if none
+    train_loss: np.ndarray  # (K,)
+    t_done_s: np.ndarray  # (K,) when the device finished (or left)
+    messages: list[tuple[int, str, str, int, float, float]] = field(default_factory=list)
+    tasks: list[simpy.Process] = field(default_factory=list)  # every device process
+    threshold: float | None = None
+    num_kept: int = 0
+    t_end_s: float = math.nan
+
+
 def sync_server(
     env: simpy.Environment,
     cfg: ServerConfig,
-    num_clients: int,
+    fleet: Fleet,
+    net: LinkSharing,
     learner: LearnerLike,
     recorder: Recorder,
     streams: Streams,
@@ -69,63 +118,141 @@ def sync_server(
     after_round: RoundHook,
 ) -> Generator[simpy.Event, Any, None]:
     """Run rounds ``state.next_round .. cfg.num_rounds - 1``."""
+    busy = np.zeros(fleet.availability.num_devices, dtype=bool)
     while state.next_round < cfg.num_rounds:
-        r, t_start = state.next_round, env.now
-        rng = streams.numpy("selection", r)
-        selected = np.sort(rng.choice(num_clients, min(cfg.clients_per_round, num_clients),
-                                      replace=False))
-        losses = np.full(len(selected), np.nan)
-        keep, threshold = np.ones(len(selected), dtype=bool), None
-        if learner.needs_losses:
-            losses = learner.report_losses(selected)
-            selection = learner.select(losses, selected)
-            keep, threshold = selection.keep, selection.threshold
-        train_losses = np.full(len(selected), np.nan)
-        train_losses[keep] = learner.train(r, selected[keep])
-        yield env.timeout(cfg.round_duration_s)
-        learner.aggregate(selected[keep])
-        _record_round(recorder, learner, r, (t_start, env.now), num_clients, selected, keep,
-                      losses, train_losses, threshold)
-        state.next_round = r + 1
-        after_round(r + 1, env.now)
+        while fleet.availability.num_online(env.now) < max(cfg.min_online, 1):
+            yield env.timeout(cfg.wait_poll_s)
+        rnd = _select(env.now, cfg, fleet, busy, streams, state.next_round)
+        busy[rnd.devices] = True
+        yield from _run_round(env, cfg, fleet, net, learner, rnd)
+        env.process(_finish(env, rnd, busy, learner, recorder))  # waits for stragglers
+        state.next_round = rnd.index + 1
+        after_round(state.next_round, env.now)
+        wait_s = rnd.t_start_s + cfg.round_interval_s - env.now
+        if wait_s > 0:
+            yield env.timeout(wait_s)
 
 
-def _record_round(
-    recorder: Recorder,
-    learner: LearnerLike,
-    r: int,
-    span_s: tuple[float, float],
-    num_online: int,
-    selected: np.ndarray,
-    keep: np.ndarray,
-    losses: np.ndarray,
-    train_losses: np.ndarray,
-    threshold: float | None,
-) -> None:
-    t_start, t_end = span_s
-    model_bytes = learner.model_bytes
+def _select(now: float, cfg: ServerConfig, fleet: Fleet, busy: np.ndarray, streams: Streams,
+            r: int) -> _Round:
+    wanted = math.ceil(cfg.clients_per_round * (1 + cfg.over_selection))
+    devices = np.sort(fleet.availability.sample_online(now, wanted, streams.numpy("selection", r),
+                                                       busy))
+    failure_rate_per_s = fleet.failure_rate_per_h[devices] / 3600.0
+    with np.errstate(divide="ignore"):
+        fail_after_s = streams.numpy("failure", r).exponential(1.0, len(devices)) / \
+            failure_rate_per_s
+    gone_at = np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
+    k = len(devices)
+    return _Round(r, now, fleet.availability.num_online(now), devices, gone_at,
+                  np.full(k, "", dtype=object), np.full(k, np.nan), np.full(k, np.nan),
+                  np.full(k, math.nan))
+
+
+def _run_round(env: simpy.Environment, cfg: ServerConfig, fleet: Fleet, net: LinkSharing,
+               learner: LearnerLike, rnd: _Round) -> Generator[simpy.Event, Any, None]:
+    """The round's timeline up to aggregation; sets statuses and ``rnd.t_end_s``."""
+    deadline = env.timeout(cfg.deadline_s) if cfg.deadline_s > 0 else env.event()
+    samples = learner.num_samples(rnd.devices)
     report_bytes = LOSS_REPORT_BYTES if learner.needs_losses else 0
-    bytes_down = np.full(len(selected), model_bytes)
-    bytes_up = report_bytes + np.where(keep, model_bytes, 0)
+    eval_s = fleet.train_s_per_sample[rnd.devices] * samples * EVAL_COST_FRACTION
+    first = [env.process(_phase(env, net, rnd, i, learner.model_bytes, "model",
+                                eval_s[i] if report_bytes else 0.0, report_bytes, "loss"))
+             for i in range(len(rnd.devices))]
+    rnd.tasks += first
+    yield simpy.AllOf(env, first) | deadline
+    finished = np.array([p.triggered for p in first], dtype=bool)
+    survived = np.array([p.triggered and p.value for p in first], dtype=bool)
+    rnd.status[~finished] = "late"  # or dropped: decided in _finish
+    rnd.status[finished & ~survived] = "dropped"
+    ready = np.flatnonzero(rnd.status == "")
+    keep = ready
+    if learner.needs_losses and len(ready):
+        rnd.loss[ready] = learner.report_losses(rnd.devices[ready])
+        selection = learner.select(rnd.loss[ready], rnd.devices[ready])
+        rnd.status[ready[~selection.keep]] = "filtered"
+        keep, rnd.threshold = ready[selection.keep], selection.threshold
+    rnd.num_kept = len(keep)
+    rnd.train_loss[keep] = learner.train(rnd.index, rnd.devices[keep])
+    train_s = fleet.train_s_per_sample[rnd.devices] * samples * fleet.local_epochs
+    arrived: list[int] = []
+    enough = env.event()
+    needed = math.ceil(len(keep) / (1 + cfg.over_selection))
+    second = [env.process(_phase(env, net, rnd, int(i), 0, "", train_s[i], learner.model_bytes,
+                                 "update", arrived, enough, needed)) for i in keep]
+    rnd.tasks += second
+    if second and not enough.triggered:
+        yield simpy.AllOf(env, second) | enough | deadline
+    on_time = np.array(arrived, dtype=np.int64)
+    rnd.status[on_time] = "aggregated"
+    rnd.status[np.setdiff1d(keep, on_time)] = "late"  # or dropped: decided in _finish
+    learner.aggregate(rnd.devices[on_time])
+    rnd.t_end_s = env.now
+
+
+def _phase(env: simpy.Environment, net: LinkSharing, rnd: _Round, i: int, down_bytes: int,
+           down_kind: str, compute_s: float, up_bytes: int, up_kind: str,
+           arrived: list[int] | None = None, enough: simpy.Event | None = None,
+           needed: int = 0) -> Generator[simpy.Event, Any, bool]:
+    """One device: optional download, compute, optional upload. Returns whether it
+    finished before going offline; records its messages and finishing time."""
+    device = int(rnd.devices[i])
+    if down_bytes:
+        start = env.now
+        yield net.transfer(device, down_bytes, "down")
+        rnd.messages.append((device, "down", down_kind, down_bytes, start, env.now))
+    if compute_s > 0:
+        yield env.timeout(compute_s)
+    if up_bytes:
+        start = env.now
+        yield net.transfer(device, up_bytes, "up")
+        rnd.messages.append((device, "up", up_kind, up_bytes, start, env.now))
+    rnd.t_done_s[i] = env.now
+    survived = env.now <= rnd.gone_at_s[i]
+    if arrived is not None and enough is not None and survived and not enough.triggered:
+        arrived.append(i)
+        if len(arrived) >= needed:
+            enough.succeed()
+    return survived
+
+
+def _finish(env: simpy.Environment, rnd: _Round, busy: np.ndarray, learner: LearnerLike,
+            recorder: Recorder) -> Generator[simpy.Event, Any, None]:
+    """Wait for the round's stragglers, then free the devices and write the round's rows."""
+    yield simpy.AllOf(env, rnd.tasks)
+    busy[rnd.devices] = False
+    left = (rnd.status == "late") & (rnd.t_done_s > rnd.gone_at_s)
+    rnd.status[left] = "dropped"
+    dropped = rnd.status == "dropped"
+    rnd.t_done_s[dropped] = np.minimum(rnd.t_done_s[dropped], rnd.gone_at_s[dropped])
+    _record(rnd, learner, recorder)
+
+
+def _record(rnd: _Round, learner: LearnerLike, recorder: Recorder) -> None:
+    k = len(rnd.devices)
+    msg = rnd.messages
+    msg_device = np.array([m[0] for m in msg], dtype=np.int64)
+    msg_up = np.array([m[1] == "up" for m in msg], dtype=bool)
+    msg_bytes = np.array([m[3] for m in msg], dtype=np.int64)
+    slot = np.searchsorted(rnd.devices, msg_device)
+    down = np.bincount(slot[~msg_up], msg_bytes[~msg_up], minlength=k).astype(np.int64)
+    up = np.bincount(slot[msg_up], msg_bytes[msg_up], minlength=k).astype(np.int64)
+    if msg:
+        recorder.append("comm", round=rnd.index, client_idx=msg_device,
+                        direction=[m[1] for m in msg], kind=[m[2] for m in msg],
+                        bytes=msg_bytes, t_start_s=np.array([m[4] for m in msg]),
+                        t_end_s=np.array([m[5] for m in msg]))
+    if k:
+        recorder.append(
+            "clients", round=rnd.index, client_id=learner.client_ids(rnd.devices),
+            client_idx=rnd.devices, status=rnd.status.astype(str), loss_reported=rnd.loss,
+            train_loss=rnd.train_loss, num_samples=learner.num_samples(rnd.devices),
+            bytes_down=down, bytes_up=up, t_dispatch_s=rnd.t_start_s, t_done_s=rnd.t_done_s,
+            staleness=0)
     recorder.append(
-        "clients", round=r, client_id=learner.client_ids(selected), client_idx=selected,
-        status=np.where(keep, "aggregated", "filtered"), loss_reported=losses,
-        train_loss=train_losses, num_samples=learner.num_samples(selected),
-        bytes_down=bytes_down, bytes_up=bytes_up, t_dispatch_s=t_start, t_done_s=t_end,
-        staleness=0,
-    )
-    messages = [("down", "model", selected, model_bytes)]
-    if report_bytes:
-        messages.append(("up", "loss", selected, report_bytes))
-    messages.append(("up", "update", selected[keep], model_bytes))
-    for direction, kind, who, size in messages:
-        if len(who):
-            recorder.append("comm", round=r, client_idx=who, direction=direction, kind=kind,
-                            bytes=np.full(len(who), size), t_start_s=t_start, t_end_s=t_end)
-    recorder.append(
-        "rounds", round=r, t_start_s=t_start, t_end_s=t_end, num_online=num_online,
-        num_selected=len(selected), num_kept=int(keep.sum()),
-        num_aggregated=int(keep.sum()), num_dropped=0,
-        quantile_estimate=threshold, lr=learner.lr(r),
-        bytes_down=int(bytes_down.sum()), bytes_up=int(bytes_up.sum()),
-    )
+        "rounds", round=rnd.index, t_start_s=rnd.t_start_s, t_end_s=rnd.t_end_s,
+        num_online=rnd.num_online, num_selected=k,
+        num_kept=rnd.num_kept,
+        num_aggregated=int((rnd.status == "aggregated").sum()),
+        num_dropped=int((rnd.status == "dropped").sum()), quantile_estimate=rnd.threshold,
+        lr=learner.lr(rnd.index), bytes_down=int(down.sum()), bytes_up=int(up.sum()))

@@ -1,0 +1,31 @@
+"""Per-client covariates, for assigning clients to regions in a correlated way.
+
+``digit_share``: the share of a writer's samples that are digits (FEMNIST
+labels 0-9) rather than letters; ``writer_group``: the numeric suffix of a LEAF
+writer id (``f0000_14`` -> 14, NIST's collection partition) or of a synthetic
+id; ``num_samples``: the client's number of samples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simfl.data.packed import ClientData
+
+NUM_DIGITS = 10
+
+
+def client_covariate(clients: ClientData, name: str) -> np.ndarray:
+    """(K,) float covariate of each client."""
+    counts = clients.num_samples
+    if name == "num_samples":
+        return counts.astype(np.float64)
+    if name == "digit_share":
+        owner = np.repeat(np.arange(clients.num_clients), counts)
+        digits = np.bincount(owner, (clients.y.numpy() < NUM_DIGITS).astype(np.float64),
+                             minlength=clients.num_clients)
+        return digits / np.maximum(counts, 1)
+    if name == "writer_group":
+        return np.array([float(cid.rsplit("_", 1)[-1]) if cid.rsplit("_", 1)[-1].isdigit()
+                         else 0.0 for cid in clients.client_ids])
+    raise ValueError(f"unknown covariate {name!r}")
