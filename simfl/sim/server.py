@@ -95,6 +95,7 @@ class _Round:
     num_online: int
     devices: np.ndarray  # (K,) selected device (= client) indices
     gone_at_s: np.ndarray  # (K,) when each device goes offline or fails
+    busy: np.ndarray  # (N,) the server's mask of devices in a task; freed as tasks end
     status: np.ndarray  # (K,) object: aggregated / filtered / dropped / late
     loss: np.ndarray  # (K,) reported F_k(w_t), NaN if none
     train_loss: np.ndarray  # (K,)
@@ -123,9 +124,12 @@ def sync_server(
         while fleet.availability.num_online(env.now) < max(cfg.min_online, 1):
             yield env.timeout(cfg.wait_poll_s)
         rnd = _select(env.now, cfg, fleet, busy, streams, state.next_round)
+        if len(rnd.devices) == 0:  # every online device is still busy with a late task
+            yield env.timeout(cfg.wait_poll_s)
+            continue
         busy[rnd.devices] = True
         yield from _run_round(env, cfg, fleet, net, learner, rnd)
-        env.process(_finish(env, rnd, busy, learner, recorder))  # waits for stragglers
+        env.process(_finish(env, rnd, learner, recorder))  # waits for stragglers
         state.next_round = rnd.index + 1
         after_round(state.next_round, env.now)
         wait_s = rnd.t_start_s + cfg.round_interval_s - env.now
@@ -144,7 +148,7 @@ def _select(now: float, cfg: ServerConfig, fleet: Fleet, busy: np.ndarray, strea
             failure_rate_per_s
     gone_at = np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
     k = len(devices)
-    return _Round(r, now, fleet.availability.num_online(now), devices, gone_at,
+    return _Round(r, now, fleet.availability.num_online(now), devices, gone_at, busy,
                   np.full(k, "", dtype=object), np.full(k, np.nan), np.full(k, np.nan),
                   np.full(k, math.nan))
 
@@ -154,40 +158,52 @@ def _run_round(env: simpy.Environment, cfg: ServerConfig, fleet: Fleet, net: Lin
     """The round's timeline up to aggregation; sets statuses and ``rnd.t_end_s``."""
     deadline = env.timeout(cfg.deadline_s) if cfg.deadline_s > 0 else env.event()
     samples = learner.num_samples(rnd.devices)
-    report_bytes = LOSS_REPORT_BYTES if learner.needs_losses else 0
-    eval_s = fleet.train_s_per_sample[rnd.devices] * samples * EVAL_COST_FRACTION
-    first = [env.process(_phase(env, net, rnd, i, learner.model_bytes, "model",
-                                eval_s[i] if report_bytes else 0.0, report_bytes, "loss"))
-             for i in range(len(rnd.devices))]
-    rnd.tasks += first
-    yield simpy.AllOf(env, first) | deadline
-    finished = np.array([p.triggered for p in first], dtype=bool)
-    survived = np.array([p.triggered and p.value for p in first], dtype=bool)
-    rnd.status[~finished] = "late"  # or dropped: decided in _finish
-    rnd.status[finished & ~survived] = "dropped"
-    ready = np.flatnonzero(rnd.status == "")
-    keep = ready
-    if learner.needs_losses and len(ready):
-        rnd.loss[ready] = learner.report_losses(rnd.devices[ready])
-        selection = learner.select(rnd.loss[ready], rnd.devices[ready])
-        rnd.status[ready[~selection.keep]] = "filtered"
-        keep, rnd.threshold = ready[selection.keep], selection.threshold
+    keep = np.arange(len(rnd.devices))
+    download = learner.model_bytes
+    if learner.needs_losses:  # download, evaluate F_k(w_t), report; then filter
+        keep = yield from _loss_reports(env, net, fleet, learner, rnd, samples, deadline)
+        download = 0
     rnd.num_kept = len(keep)
     rnd.train_loss[keep] = learner.train(rnd.index, rnd.devices[keep])
     train_s = fleet.train_s_per_sample[rnd.devices] * samples * fleet.local_epochs
     arrived: list[int] = []
     enough = env.event()
     needed = math.ceil(len(keep) / (1 + cfg.over_selection))
-    second = [env.process(_phase(env, net, rnd, int(i), 0, "", train_s[i], learner.model_bytes,
-                                 "update", arrived, enough, needed)) for i in keep]
-    rnd.tasks += second
-    if second and not enough.triggered:
-        yield simpy.AllOf(env, second) | enough | deadline
-    on_time = np.array(arrived, dtype=np.int64)
+    tasks = [env.process(_phase(env, net, rnd, int(i), download, "model", train_s[i],
+                                learner.model_bytes, "update", arrived, enough, needed))
+             for i in keep]
+    rnd.tasks += tasks
+    if tasks and not enough.triggered:
+        yield simpy.AllOf(env, tasks) | enough | deadline
+    on_time = np.sort(np.array(arrived, dtype=np.int64))  # sum order independent of arrivals
     rnd.status[on_time] = "aggregated"
     rnd.status[np.setdiff1d(keep, on_time)] = "late"  # or dropped: decided in _finish
     learner.aggregate(rnd.devices[on_time])
     rnd.t_end_s = env.now
+
+
+def _loss_reports(env: simpy.Environment, net: LinkSharing, fleet: Fleet, learner: LearnerLike,
+                  rnd: _Round, samples: np.ndarray,
+                  deadline: simpy.Event) -> Generator[simpy.Event, Any, np.ndarray]:
+    """Every selected device downloads, evaluates and reports; returns the kept slots."""
+    eval_s = fleet.train_s_per_sample[rnd.devices] * samples * EVAL_COST_FRACTION
+    tasks = [env.process(_phase(env, net, rnd, i, learner.model_bytes, "model", eval_s[i],
+                                LOSS_REPORT_BYTES, "loss"))
+             for i in range(len(rnd.devices))]
+    rnd.tasks += tasks
+    yield simpy.AllOf(env, tasks) | deadline
+    finished = np.array([p.triggered for p in tasks], dtype=bool)
+    survived = np.array([p.triggered and p.value for p in tasks], dtype=bool)
+    rnd.status[~finished] = "late"  # or dropped: decided in _finish
+    rnd.status[finished & ~survived] = "dropped"
+    ready = np.flatnonzero(rnd.status == "")
+    if len(ready) == 0:
+        return ready
+    rnd.loss[ready] = learner.report_losses(rnd.devices[ready])
+    selection = learner.select(rnd.loss[ready], rnd.devices[ready])
+    rnd.status[ready[~selection.keep]] = "filtered"
+    rnd.threshold = selection.threshold
+    return ready[selection.keep]
 
 
 def _phase(env: simpy.Environment, net: LinkSharing, rnd: _Round, i: int, down_bytes: int,
@@ -197,6 +213,7 @@ def _phase(env: simpy.Environment, net: LinkSharing, rnd: _Round, i: int, down_b
     """One device: optional download, compute, optional upload. Returns whether it
     finished before going offline; records its messages and finishing time."""
     device = int(rnd.devices[i])
+    rnd.busy[device] = True
     if down_bytes:
         start = env.now
         yield net.transfer(device, down_bytes, "down")
@@ -208,6 +225,7 @@ def _phase(env: simpy.Environment, net: LinkSharing, rnd: _Round, i: int, down_b
         yield net.transfer(device, up_bytes, "up")
         rnd.messages.append((device, "up", up_kind, up_bytes, start, env.now))
     rnd.t_done_s[i] = env.now
+    rnd.busy[device] = False
     survived = env.now <= rnd.gone_at_s[i]
     if arrived is not None and enough is not None and survived and not enough.triggered:
         arrived.append(i)
@@ -216,11 +234,10 @@ def _phase(env: simpy.Environment, net: LinkSharing, rnd: _Round, i: int, down_b
     return survived
 
 
-def _finish(env: simpy.Environment, rnd: _Round, busy: np.ndarray, learner: LearnerLike,
+def _finish(env: simpy.Environment, rnd: _Round, learner: LearnerLike,
             recorder: Recorder) -> Generator[simpy.Event, Any, None]:
-    """Wait for the round's stragglers, then free the devices and write the round's rows."""
+    """Wait for the round's stragglers, then write the round's rows."""
     yield simpy.AllOf(env, rnd.tasks)
-    busy[rnd.devices] = False
     left = (rnd.status == "late") & (rnd.t_done_s > rnd.gone_at_s)
     rnd.status[left] = "dropped"
     dropped = rnd.status == "dropped"
