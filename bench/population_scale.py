@@ -1,130 +1,124 @@
-"""Scale of the population side: 7 simulated days, a round every 10 minutes, N devices.
+"""Scale of the engine: 7 simulated days, a round every 10 minutes, N devices.
 
     SIMFL_DATA_DIR=../shared/data python bench/population_scale.py [--sizes 1e3,1e4,1e5,1e6]
 
 Diurnal availability (default profile, 3 regions, 1 h sessions), phone speeds from
-the benchmark files when $SIMFL_DATA_DIR is set, default network. Every 10 simulated
-minutes a small server process (this file's, not simfl.sim.server) picks 100 devices
-uniformly among those online and idle, and each does download -> local training ->
-upload of a ConvNet-sized model through simfl.sim.network; the numerics are a no-op.
-A task counts as completed when its device stayed online throughout
-(``online_until`` at dispatch >= end time). Each N runs in a fresh subprocess so its
-peak resident memory (ru_maxrss) is its own.
+the benchmark files when $SIMFL_DATA_DIR is set, default network. The real server
+(simfl.sim.server.sync_server) runs a round every 10 simulated minutes: it picks
+100 devices uniformly among those online and idle, each downloads a ConvNet-sized
+model, trains (its compute time) and uploads through simfl.sim.network, with a
+10-minute deadline; the numerics are a no-op learner and the Parquet rows are
+buffered and written as in a run. Each N runs in a fresh subprocess so that its
+peak resident memory (VmHWM) is its own.
 
 Reported per N: precompute wall seconds (device table, availability, topology),
-simulation wall seconds, SimPy events processed, peak RSS, and the server's mean
-wall cost per round (selection + dispatch), which should not grow with N.
+simulation wall seconds, SimPy events processed, peak RSS, the wall cost per
+round, and what happened to the tasks.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Generator
-from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
+import polars as pl
 import simpy
 
+from simfl.aggregate.base import Selection
 from simfl.population import (
-    Availability,
     build_availability,
     build_devices,
     build_topology,
     default_data_dir,
     network_paths,
 )
-from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE
+from simfl.records import Recorder
 from simfl.rng import Streams
-from simfl.scenario import AvailabilityConfig, PopulationConfig
+from simfl.scenario import AvailabilityConfig, PopulationConfig, ServerConfig
 from simfl.sim.network import LinkSharing
+from simfl.sim.server import Fleet, ServerState, sync_server
 
 DAYS = 7
 ROUND_EVERY_S = 600.0
 CLIENTS_PER_ROUND = 100
 MODEL_BYTES = 4 * 115_646  # the FEMNIST ConvNet in float32
 SAMPLES_PER_CLIENT = 180  # about the median FEMNIST writer's training samples
-LOCAL_EPOCHS = 1
-assert TRAIN_FLOPS_PER_SAMPLE["convnet"] > 0
 
 
-@dataclass
-class Stats:
-    rounds: int = 0
-    selected: int = 0
-    completed: int = 0
-    dropped: int = 0
-    server_wall_s: float = 0.0
-    online_sum: int = 0
+class NoopLearner:
+    """The numerics replaced by nothing: FedAvg-shaped (no loss reports), no training."""
+
+    needs_losses = False
+    model_bytes = MODEL_BYTES
+
+    def num_samples(self, client_idx: np.ndarray) -> np.ndarray:
+        return np.full(len(client_idx), SAMPLES_PER_CLIENT)
+
+    def client_ids(self, client_idx: np.ndarray) -> np.ndarray:
+        return client_idx.astype(str)
+
+    def lr(self, round_idx: int) -> float:
+        return 0.0
+
+    def report_losses(self, client_idx: np.ndarray) -> np.ndarray:
+        return np.zeros(len(client_idx))
+
+    def select(self, losses: np.ndarray, client_idx: np.ndarray) -> Selection:
+        return Selection(np.ones(len(losses), dtype=bool))
+
+    def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        return np.zeros(len(client_idx))
+
+    def aggregate(self, client_idx: np.ndarray) -> None:
+        pass
 
 
-def device_task(env: simpy.Environment, net: LinkSharing, device: int, compute_s: float,
-                online_until_s: float, busy: np.ndarray,
-                stats: Stats) -> Generator[simpy.Event, object, None]:
-    yield net.transfer(device, MODEL_BYTES, "down")
-    yield env.timeout(compute_s)
-    yield net.transfer(device, MODEL_BYTES, "up")
-    busy[device] = False
-    if env.now <= online_until_s:
-        stats.completed += 1
-    else:
-        stats.dropped += 1
-
-
-def server(env: simpy.Environment, avail: Availability, net: LinkSharing,
-           compute_s: np.ndarray, busy: np.ndarray, streams: Streams,
-           stats: Stats) -> Generator[simpy.Event, object, None]:
-    while True:
-        start = time.perf_counter()
-        now = env.now
-        stats.online_sum += avail.num_online(now)
-        rng = streams.numpy("selection", stats.rounds)
-        chosen = avail.sample_online(now, CLIENTS_PER_ROUND, rng, busy)
-        busy[chosen] = True
-        until = avail.online_until(chosen, now)
-        for device, until_s in zip(chosen.tolist(), until.tolist(), strict=True):
-            env.process(device_task(env, net, device, float(compute_s[device]), until_s,
-                                    busy, stats))
-        stats.selected += chosen.size
-        stats.rounds += 1
-        stats.server_wall_s += time.perf_counter() - start
-        yield env.timeout(ROUND_EVERY_S)
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def run_one(num_devices: int, seed: int) -> dict[str, float]:
     horizon_s = DAYS * 86400.0
+    num_rounds = int(horizon_s // ROUND_EVERY_S) - 1
     t0 = time.perf_counter()
-    cfg = PopulationConfig(availability=AvailabilityConfig(mode="diurnal",
-                                                           horizon_s=horizon_s))
+    cfg = PopulationConfig(availability=AvailabilityConfig(mode="diurnal", horizon_s=horizon_s))
     streams = Streams(seed)
     devices = build_devices(cfg, num_devices, None, streams, default_data_dir(), "convnet")
-    avail = build_availability(cfg.availability, devices, streams)
+    availability = build_availability(cfg.availability, devices, streams)
     paths = network_paths(devices, build_topology(devices.region_names, cfg.network))
-    compute_s = devices.train_s_per_sample * SAMPLES_PER_CLIENT * LOCAL_EPOCHS
     precompute_s = time.perf_counter() - t0
 
-    t1 = time.perf_counter()
-    env = simpy.Environment()
-    net = LinkSharing(env, paths)
-    stats = Stats()
-    busy = np.zeros(num_devices, dtype=bool)
-    env.process(server(env, avail, net, compute_s, busy, streams, stats))
-    events = 0
-    while env.peek() < horizon_s:
-        env.step()
-        events += 1
-    simulate_s = time.perf_counter() - t1
+    server = ServerConfig(num_rounds=num_rounds, clients_per_round=CLIENTS_PER_ROUND,
+                          deadline_s=ROUND_EVERY_S, round_interval_s=ROUND_EVERY_S)
+    fleet = Fleet(availability, devices.train_s_per_sample, devices.failure_rate_per_h, 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        t1 = time.perf_counter()
+        env = simpy.Environment()
+        recorder = Recorder(Path(tmp))
+        env.process(sync_server(env, server, fleet, LinkSharing(env, paths), NoopLearner(),
+                                recorder, streams, ServerState(), lambda r, t: None))
+        events = 0
+        while env.peek() < float("inf"):
+            env.step()
+            events += 1
+        recorder.close()
+        simulate_s = time.perf_counter() - t1
+        status = pl.read_parquet(Path(tmp) / "clients.parquet")["status"].value_counts()
+    counts = dict(zip(status["status"].to_list(), status["count"].to_list(), strict=True))
     return {
         "num_devices": num_devices, "precompute_s": precompute_s, "simulate_s": simulate_s,
-        "events": events, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        / 1024, "num_intervals": int(avail.t_on_s.size),
-        "server_us_per_round": 1e6 * stats.server_wall_s / max(stats.rounds, 1),
-        "mean_online_frac": stats.online_sum / max(stats.rounds, 1) / num_devices,
-        **{k: v for k, v in asdict(stats).items() if k not in ("server_wall_s", "online_sum")},
+        "events": events, "peak_rss_mb": peak_rss_mb(), "rounds": num_rounds,
+        "ms_per_round": 1e3 * simulate_s / num_rounds,
+        **{k: counts.get(k, 0) for k in ("aggregated", "late", "dropped")},
     }
 
 
@@ -138,17 +132,17 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(run_one(args.one, args.seed)))
         return
-    header = ("N", "precompute_s", "simulate_s", "events", "peak_rss_mb", "server_us/round",
-              "rounds", "selected", "completed", "dropped")
-    print(" ".join(f"{h:>15}" for h in header))
+    header = ("N", "precompute_s", "simulate_s", "events", "peak_rss_mb", "ms/round",
+              "rounds", "aggregated", "late", "dropped")
+    print(" ".join(f"{h:>12}" for h in header))
     for size in (int(float(s)) for s in args.sizes.split(",")):
         out = subprocess.run([sys.executable, __file__, "--one", str(size), "--seed",
                               str(args.seed)], capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         row = (r["num_devices"], f"{r['precompute_s']:.2f}", f"{r['simulate_s']:.2f}",
-               r["events"], f"{r['peak_rss_mb']:.0f}", f"{r['server_us_per_round']:.0f}",
-               r["rounds"], r["selected"], r["completed"], r["dropped"])
-        print(" ".join(f"{v:>15}" for v in row), flush=True)
+               r["events"], f"{r['peak_rss_mb']:.0f}", f"{r['ms_per_round']:.2f}",
+               r["rounds"], r["aggregated"], r["late"], r["dropped"])
+        print(" ".join(f"{v:>12}" for v in row), flush=True)
 
 
 if __name__ == "__main__":
