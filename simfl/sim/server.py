@@ -4,7 +4,8 @@ SimPy owns the clock; this module decides who takes part and when, and asks a
 :class:`LearnerLike` object (numpy in, numpy out) what they compute; it never
 imports torch. A round:
 
-1. waits until at least ``min_online`` devices are online, then selects
+1. waits until at least ``min_online`` devices are online (the wait counts in the
+   round's duration), then selects
    ``clients_per_round × (1 + over_selection)`` of the devices online now and idle;
 2. each downloads the model over its network path (simfl.sim.network); if the
    rule needs losses, computes F_k(w_t) on its data and uploads it;
@@ -91,7 +92,7 @@ class _Round:
     """What happened to each selected device of one round, filled in as events arrive."""
 
     index: int
-    t_start_s: float
+    t_select_s: float  # when the devices were picked (after any wait for enough online)
     num_online: int
     devices: np.ndarray  # (K,) selected device (= client) indices
     gone_at_s: np.ndarray  # (K,) when each device goes offline or fails
@@ -104,6 +105,7 @@ class _Round:
     tasks: list[simpy.Process] = field(default_factory=list)  # every device process
     threshold: float | None = None
     num_kept: int = 0
+    t_start_s: float = math.nan  # when the server began the round
     t_end_s: float = math.nan
 
 
@@ -121,12 +123,14 @@ def sync_server(
     """Run rounds ``state.next_round .. cfg.num_rounds - 1``."""
     busy = np.zeros(fleet.availability.num_devices, dtype=bool)
     while state.next_round < cfg.num_rounds:
-        while fleet.availability.num_online(env.now) < max(cfg.min_online, 1):
+        t_begin = env.now  # the round's start: waiting for devices is part of the round
+        while True:
+            if fleet.availability.num_online(env.now) >= cfg.min_online:
+                rnd = _select(env.now, cfg, fleet, busy, streams, state.next_round)
+                if len(rnd.devices):
+                    break  # else every online device is still busy with a late task
             yield env.timeout(cfg.wait_poll_s)
-        rnd = _select(env.now, cfg, fleet, busy, streams, state.next_round)
-        if len(rnd.devices) == 0:  # every online device is still busy with a late task
-            yield env.timeout(cfg.wait_poll_s)
-            continue
+        rnd.t_start_s = t_begin
         busy[rnd.devices] = True
         yield from _run_round(env, cfg, fleet, net, learner, rnd)
         env.process(_finish(env, rnd, learner, recorder))  # waits for stragglers
@@ -264,7 +268,7 @@ def _record(rnd: _Round, learner: LearnerLike, recorder: Recorder) -> None:
             "clients", round=rnd.index, client_id=learner.client_ids(rnd.devices),
             client_idx=rnd.devices, status=rnd.status.astype(str), loss_reported=rnd.loss,
             train_loss=rnd.train_loss, num_samples=learner.num_samples(rnd.devices),
-            bytes_down=down, bytes_up=up, t_dispatch_s=rnd.t_start_s, t_done_s=rnd.t_done_s,
+            bytes_down=down, bytes_up=up, t_dispatch_s=rnd.t_select_s, t_done_s=rnd.t_done_s,
             staleness=0)
     recorder.append(
         "rounds", round=rnd.index, t_start_s=rnd.t_start_s, t_end_s=rnd.t_end_s,
