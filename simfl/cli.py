@@ -2,6 +2,7 @@
 
     python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] [--overwrite] [--quiet]
     python -m simfl plot RUN_DIR [RUN_DIR ...] [--compare OUT.png]
+    python -m simfl trace SCENARIO.toml --out TRACE.parquet|.csv [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -33,11 +34,24 @@ def _plot_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _trace_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simfl trace",
+        description="Write a scenario's device availability (online intervals) as a trace.")
+    parser.add_argument("scenario", type=Path, help="scenario TOML file")
+    parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario key")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv and argv[0] == "plot":
             return _plot(_plot_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "trace":
+            return _trace(_trace_parser().parse_args(argv[1:]))
         return _run(_run_parser().parse_args(argv))
     except InputError as e:
         print(f"simfl: error: {e}", file=sys.stderr)
@@ -65,4 +79,15 @@ def _plot(args: argparse.Namespace) -> int:
             print(path)
     if args.compare:
         print(compare_runs(args.run_dirs, args.compare))
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from simfl.run import write_availability_trace
+    from simfl.scenario import load_scenario
+
+    if args.out.suffix not in (".parquet", ".csv"):
+        raise InputError(f"{args.out}: a trace file must end in .parquet or .csv")
+    num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
+    print(f"{args.out}: {num_intervals} online intervals")
     return 0

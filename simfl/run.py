@@ -105,6 +105,15 @@ def build_population(scenario: Scenario, data: FederatedData, streams: Streams) 
     return Population(devices, availability, paths)
 
 
+def write_availability_trace(scenario: Scenario, out: Path) -> int:
+    """Write the scenario's availability (e.g. the diurnal model's draws) as a trace file
+    that ``population.availability.mode = "trace"`` replays; returns the interval count."""
+    streams = Streams(scenario.seed)
+    population = build_population(scenario, load_data(scenario.data, streams), streams)
+    population.availability.write_trace(out)
+    return int(population.availability.t_on_s.size)
+
+
 def _record_availability(population: Population, recorder: Recorder, run_dir: Path,
                          scenario: Scenario, end_s: float) -> None:
     """Online devices per region at the start of every simulated hour of the run."""
