@@ -129,6 +129,9 @@ def sync_server(
                 rnd = _select(env.now, cfg, fleet, busy, streams, state.next_round)
                 if len(rnd.devices):
                     break  # else every online device is still busy with a late task
+            if env.now >= fleet.availability.t_off_s.max(initial=0.0):
+                raise RuntimeError(f"no device is online after t = {env.now:.0f} s: the "
+                                   f"availability trace ended before round {state.next_round}")
             yield env.timeout(cfg.wait_poll_s)
         rnd.t_start_s = t_begin
         busy[rnd.devices] = True
