@@ -117,8 +117,8 @@ class _Built:
 
 def _build(scenario: Scenario) -> _Built:
     streams = Streams(scenario.seed)
-    data = load_data(scenario.data, streams)
     device = _device(scenario.train.device)
+    data = load_data(scenario.data, streams).to(device)
     dtype = getattr(torch, scenario.train.dtype)
     model = build_model(scenario.model.name, data.input_shape, data.num_classes).to(device)
     params = initial_params(model, streams.seed("init"), dtype).to(device)

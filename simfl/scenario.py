@@ -84,6 +84,9 @@ class TrainConfig:
     backend: Literal["auto", "batched", "loop"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "cpu"
     dtype: Literal["float32", "float64"] = "float32"
+    # Matrix and convolution precision on a GPU: fp32 (exact float32), tf32 (float32 storage,
+    # TensorFloat-32 products) or bf16 (autocast of the forward pass); off (fp32) by default.
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"
 
 
 AGGREGATORS = Literal["fedavg", "fedprox", "deltafl", "fedavg_sub", "qffl", "term", "afl", "drfa"]

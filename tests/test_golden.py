@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import torch
 
 from simfl.cli import main
 
@@ -52,12 +53,19 @@ def summarise(run_dir: Path) -> dict[str, object]:
     }
 
 
-def test_smoke_scenario_matches_golden(tmp_path: Path) -> None:
+NO_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NO_GPU)])
+def test_smoke_scenario_matches_golden(tmp_path: Path, device: str) -> None:
+    """The same golden numbers on the CPU and (float64) on a GPU."""
     scenario = tmp_path / "smoke.toml"
     scenario.write_text(SCENARIO)
-    assert main([str(scenario), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    args = [str(scenario), "--out", str(tmp_path / "run"), "--quiet",
+            "--set", f"train.device={device}"]
+    assert main(args) == 0
     got = summarise(tmp_path / "run")
-    if os.environ.get("SIMFL_UPDATE_GOLDEN"):
+    if os.environ.get("SIMFL_UPDATE_GOLDEN") and device == "cpu":
         GOLDEN.write_text(json.dumps(got, indent=1) + "\n")
         pytest.skip("golden file rewritten")
     want = json.loads(GOLDEN.read_text())

@@ -22,7 +22,7 @@ def client_covariate(clients: ClientData, name: str) -> np.ndarray:
         return counts.astype(np.float64)
     if name == "digit_share":
         owner = np.repeat(np.arange(clients.num_clients), counts)
-        digits = np.bincount(owner, (clients.y.numpy() < NUM_DIGITS).astype(np.float64),
+        digits = np.bincount(owner, (clients.y.cpu().numpy() < NUM_DIGITS).astype(np.float64),
                              minlength=clients.num_clients)
         return digits / np.maximum(counts, 1)
     if name == "writer_group":

@@ -50,7 +50,13 @@ class ClientData:
         rows = torch.from_numpy(self.rows(client_idx))
         counts = self.num_samples[client_idx]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return ClientData(self.x[rows], self.y[rows], offsets, self.client_ids[client_idx])
+        return ClientData(self.x[rows.to(self.x.device)], self.y[rows.to(self.y.device)],
+                          offsets, self.client_ids[client_idx])
+
+    def to(self, device: torch.device) -> ClientData:
+        """The same clients with their samples on ``device`` (e.g. all of them on a GPU once,
+        so that rounds gather cohorts there instead of copying them from the host)."""
+        return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.client_ids)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,10 @@ class FederatedData:
     train: ClientData  # training devices (their local data)
     test: ClientData  # unseen test devices, never trained on
     num_classes: int
+
+    def to(self, device: torch.device) -> FederatedData:
+        return FederatedData(self.name, self.train.to(device), self.test.to(device),
+                             self.num_classes)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

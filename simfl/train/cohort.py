@@ -13,11 +13,19 @@ Sample orders are drawn outside ``vmap`` from one explicit ``torch.Generator``
 per client (seeded by the caller), so both backends see identical minibatches.
 FedProx's proximal term (Li et al., MLSys 2020) and ℓ2 regularisation are part
 of the local objective.
+
+On a GPU the batched backend keeps a round on the device: the cohort's data, the
+minibatch plan and the parameters live there, and the only transfer back is the
+(K,) training losses. A cohort that does not fit in GPU memory is trained in
+chunks (halved until it fits). ``precision`` chooses how float32 products are
+computed on a GPU: exactly (``fp32``), with TensorFloat-32 (``tf32``) or with a
+bfloat16 autocast of the forward pass (``bf16``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +38,7 @@ from simfl.data.packed import ClientData
 from simfl.train.models import ParamLayout
 
 Backend = Literal["auto", "batched", "loop"]
+Precision = Literal["fp32", "tf32", "bf16"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ class TrainHParams:
     l2: float = 0.0  # (l2 / 2) ||w||^2
     prox_mu: float = 0.0  # (mu / 2) ||w - w_t||^2
     backend: Backend = "auto"
+    precision: Precision = "fp32"
+    chunk: int = 0  # clients per batched call; 0: the whole cohort (halved on GPU out-of-memory)
 
 
 @dataclass(frozen=True)
@@ -83,9 +94,13 @@ def plan_batches(
 def _make_loss(model: nn.Module, hp: TrainHParams):  # noqa: ANN202
     """The local objective of one client on one minibatch; params are a name -> tensor dict."""
 
+    autocast = hp.precision == "bf16"
+
     def loss_fn(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
-        logits = functional_call(model, params, (x,))
-        per_sample = nn.functional.cross_entropy(logits, y, reduction="none")
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = functional_call(model, params, (x,))
+        per_sample = nn.functional.cross_entropy(logits.float() if autocast else logits, y,
+                                                 reduction="none")
         weights = mask.to(per_sample.dtype)
         data_loss = (per_sample * weights).sum() / weights.sum().clamp(min=1)
         loss = data_loss
@@ -116,21 +131,71 @@ def train_cohort(
         hparams: local epochs, batch size, learning rate, regularisation, backend.
         seeds: one shuffle seed per client (from the run's named streams).
     """
-    plan = plan_batches(clients.num_samples, hparams.local_epochs, hparams.batch_size, seeds)
-    backend = choose_backend(hparams.backend, model, global_params.device)
-    run = _train_batched if backend == "batched" else _train_loop
-    deltas, train_losses = run(model, global_params, clients, hparams, plan)
+    backend = choose_backend(hparams.backend, model, global_params.device, clients.num_clients)
+    with float32_precision(hparams.precision, global_params.device):
+        if backend == "loop":
+            plan = plan_batches(clients.num_samples, hparams.local_epochs, hparams.batch_size,
+                                seeds)
+            deltas, train_losses = _train_loop(model, global_params, clients, hparams, plan)
+        else:
+            deltas, train_losses = _train_chunked(model, global_params, clients, hparams, seeds)
     return CohortResult(deltas, clients.num_samples.copy(), train_losses)
 
 
-def choose_backend(backend: Backend, model: nn.Module, device: torch.device) -> str:
-    """``auto``: batched on a GPU, and on a CPU for models without convolutions.
+def _train_chunked(model, global_params, clients, hp, seeds):  # noqa: ANN001, ANN202
+    """The batched backend over chunks of ``hp.chunk`` clients (all at once if 0); on a GPU
+    out-of-memory error the chunk is halved and the cohort started again."""
+    k_total = clients.num_clients
+    chunk = min(hp.chunk or k_total, k_total)
+    while True:
+        try:
+            parts = []
+            for start in range(0, k_total, chunk):
+                idx = np.arange(start, min(start + chunk, k_total))
+                part = clients.subset(idx) if chunk < k_total else clients
+                plan = plan_batches(part.num_samples, hp.local_epochs, hp.batch_size,
+                                    [seeds[i] for i in idx])
+                parts.append(_train_batched(model, global_params, part, hp, plan))
+            break
+        except torch.OutOfMemoryError:
+            if chunk == 1:
+                raise
+            parts.clear()
+            chunk = (chunk + 1) // 2
+    deltas = torch.cat([d for d, _ in parts]) if len(parts) > 1 else parts[0][0]
+    return deltas, np.concatenate([losses for _, losses in parts])
+
+
+@contextmanager
+def float32_precision(precision: Precision, device: torch.device) -> Iterator[None]:
+    """Within the block, float32 matrix products and convolutions on a GPU are computed in
+    IEEE float32 (``fp32``; PyTorch's default lets cuDNN use TF32) or TF32 (``tf32``);
+    ``bf16`` keeps IEEE float32 outside its autocast regions. No effect on a CPU."""
+    if device.type != "cuda":
+        yield
+        return
+    mode = "tf32" if precision == "tf32" else "ieee"
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv  # type: ignore[attr-defined]
+    saved = matmul.fp32_precision, conv.fp32_precision
+    matmul.fp32_precision, conv.fp32_precision = mode, mode
+    try:
+        yield
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = saved
+
+
+def choose_backend(backend: Backend, model: nn.Module, device: torch.device,
+                   num_clients: int = 2) -> str:
+    """``auto``: batched for two clients or more on a GPU, where the per-client loop is
+    bound by kernel launches, and on a CPU for models without convolutions.
 
     On a CPU, ``vmap`` turns each convolution into a grouped convolution, which
-    is about twice as slow as the per-client loop (measured in bench/train_cohort.py).
+    is slower than the per-client loop (measured in bench/train_cohort.py).
     """
     if backend != "auto":
         return backend
+    if num_clients < 2:
+        return "loop"
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
     return "loop" if device.type == "cpu" and has_conv else "batched"
 

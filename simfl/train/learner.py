@@ -145,6 +145,7 @@ class Learner:
             l2=self.l2,
             prox_mu=self.aggregator.prox_mu,
             backend=self.train_cfg.backend,
+            precision=self.train_cfg.precision,
         )
         seeds = [self.streams.seed("shuffle", round_idx, int(k)) for k in client_idx]
         result = train_cohort(

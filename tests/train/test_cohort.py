@@ -6,11 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from simfl.train.cohort import TrainHParams, choose_backend, plan_batches, train_cohort
+from simfl.train.cohort import (
+    TrainHParams,
+    choose_backend,
+    float32_precision,
+    plan_batches,
+    train_cohort,
+)
 from simfl.train.models import ParamLayout, build_model, initial_params
 from tests.conftest import make_cohort
 
 SIZES = [1, 7, 16, 33, 50, 5]  # ragged, one smaller than a batch, one a multiple of it
+NO_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=NO_GPU)]
 
 
 def test_convnet_has_the_reference_parameter_count() -> None:
@@ -34,11 +42,12 @@ def test_plan_visits_every_sample_once_per_epoch() -> None:
 @pytest.mark.parametrize("model_name, shape", [("linear", (1, 28, 28)), ("convnet", (1, 28, 28)),
                                                ("linear", (20,))])
 @pytest.mark.parametrize("l2, mu", [(0.0, 0.0), (1e-2, 0.5)])
+@pytest.mark.parametrize("device", DEVICES)
 def test_batched_equals_loop_in_float64(model_name: str, shape: tuple[int, ...], l2: float,
-                                        mu: float) -> None:
-    data = make_cohort(SIZES, shape, num_classes=5)
-    model = build_model(model_name, shape, 5)
-    params = initial_params(model, seed=1, dtype=torch.float64)
+                                        mu: float, device: str) -> None:
+    data = make_cohort(SIZES, shape, num_classes=5).to(torch.device(device))
+    model = build_model(model_name, shape, 5).to(device)
+    params = initial_params(model, seed=1, dtype=torch.float64).to(device)
     seeds = [100 + k for k in range(len(SIZES))]
     results = {
         backend: train_cohort(model, params, data, TrainHParams(2, 16, 0.3, l2, mu, backend), seeds)
@@ -93,3 +102,47 @@ def test_auto_backend_choice() -> None:
     assert choose_backend("auto", linear, cpu) == "batched"
     assert choose_backend("auto", conv, cuda) == "batched"
     assert choose_backend("loop", linear, cpu) == "loop"
+    assert choose_backend("auto", conv, cuda, num_clients=1) == "loop"
+    assert choose_backend("auto", conv, cuda, num_clients=1000) == "batched"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunked_cohort_equals_the_whole_cohort(device: str) -> None:
+    """A cohort trained in chunks (what a GPU out-of-memory error falls back to) gives
+    every client the update it gets when the cohort is trained at once."""
+    data = make_cohort(SIZES, (1, 28, 28), num_classes=5).to(torch.device(device))
+    model = build_model("convnet", (1, 28, 28), 5).to(device)
+    params = initial_params(model, seed=3, dtype=torch.float64).to(device)
+    seeds = list(range(len(SIZES)))
+    whole = train_cohort(model, params, data, TrainHParams(1, 16, 0.3, backend="batched"), seeds)
+    for chunk in (1, 4):
+        hp = TrainHParams(1, 16, 0.3, backend="batched", chunk=chunk)
+        part = train_cohort(model, params, data, hp, seeds)
+        rel = (part.deltas - whole.deltas).norm(dim=1) / whole.deltas.norm(dim=1)
+        assert rel.max().item() <= 1e-12
+        np.testing.assert_allclose(part.train_losses, whole.train_losses, rtol=1e-12)
+
+
+def test_precision_context_sets_and_restores_the_float32_modes() -> None:
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    with float32_precision("tf32", torch.device("cuda")):
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+    with float32_precision("fp32", torch.device("cuda")):
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
+    with float32_precision("tf32", torch.device("cpu")):  # no effect off a GPU
+        assert (matmul.fp32_precision, conv.fp32_precision) == before
+    assert (matmul.fp32_precision, conv.fp32_precision) == before
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bf16_autocast_changes_the_update_only_by_rounding(device: str) -> None:
+    data = make_cohort(SIZES, (1, 28, 28), num_classes=5).to(torch.device(device))
+    model = build_model("convnet", (1, 28, 28), 5).to(device)
+    params = initial_params(model, seed=3, dtype=torch.float32).to(device)
+    seeds = list(range(len(SIZES)))
+    exact, bf16 = (train_cohort(model, params, data,
+                                TrainHParams(1, 16, 0.1, backend="batched", precision=p), seeds)
+                   for p in ("fp32", "bf16"))
+    rel = ((bf16.deltas - exact.deltas).norm(dim=1) / exact.deltas.norm(dim=1)).max().item()
+    assert 0 < rel < 0.1  # bf16 keeps ~3 significant digits per product
