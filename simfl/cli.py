@@ -14,6 +14,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,20 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
     if command == "sweep":
         parser.add_argument("--backend", choices=("auto", "ray", "sequential"), default="auto",
                             help="auto: Ray when installed, else one run after another")
+        parser.add_argument("--shard", metavar="I/N", type=_shard, default=(0, 1),
+                            help="run only every N-th run, starting at the I-th (0-based): N "
+                                 "processes with I = 0 .. N-1 share a machine without Ray")
     return parser
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard: expected I/N, got {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard: need 0 <= I < N, got {text!r}")
+    return i, n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +178,8 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
     sweep = load_sweep(args.sweep)
     if command == "sweep":
-        statuses = run_sweep(sweep, args.backend)
+        i, n = args.shard
+        statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend)
         return 0 if all(s == "complete" for s in statuses.values()) else 1
     from simfl.bias_plots import plot_sweep
 

@@ -260,7 +260,7 @@ def _manifest(scenario: Scenario, device: torch.device) -> dict[str, Any]:
         "seed": scenario.seed,
         "versions": {"python": platform.python_version(), **versions},
         "git_commit": _git_commit(),
-        "device": str(device),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
         "host": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

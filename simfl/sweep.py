@@ -131,8 +131,9 @@ def _expand(name: str, common: dict[str, Any], grid: dict[str, list[Any]],
             results_dir: Path) -> tuple[SweepRun, ...]:
     variant_items = list(variants.items()) or [("", {})]
     runs = []
-    for (vname, bundle), values, seed in itertools.product(
-            variant_items, itertools.product(*grid.values()), seeds):
+    # Seeds outermost: a sweep cut short has run every configuration before repeating any.
+    for seed, (vname, bundle), values in itertools.product(
+            seeds, variant_items, itertools.product(*grid.values())):
         params: dict[str, Any] = {"variant": vname} if vname else {}
         params |= {key.rsplit(".", 1)[-1]: v for key, v in zip(grid, values, strict=True)}
         params["seed"] = seed

@@ -147,3 +147,22 @@ def test_estimators_end_to_end(tmp_path: Path) -> None:
                                with_oracle["estimate"] - with_oracle["oracle_quantile"])
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+
+
+def test_shards_split_the_runs_between_processes(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import simfl.sweep
+
+    path = write(tmp_path)
+    seen: list[list[str]] = []
+    monkeypatch.setattr(simfl.sweep, "run_sweep", lambda sweep, backend: seen.append(
+        [r.run_id for r in sweep.runs]) or {})
+    for shard in ("0/3", "1/3", "2/3"):
+        assert main(["sweep", str(path), "--shard", shard]) == 0
+    every = [r.run_id for r in load_sweep(path).runs]
+    assert sorted(sum(seen, [])) == sorted(every)  # each run in exactly one shard
+    assert seen[1] == every[1::3]
+    for bad in ("3/3", "1", "a/b"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["sweep", str(path), "--shard", bad])
+        assert exit_info.value.code == 2
