@@ -68,6 +68,9 @@ ANSWERS = ("selection_weights", "report_losses", "select", "train")  # journaled
 EFFECTS = ("observe_online", "aggregate")  # skipped: the checkpoint holds their outcome
 STATIC = ("needs_losses", "model_bytes", "loss_report_bytes", "wants_checkins",
           "cohort_fraction", "num_samples", "client_ids", "lr")  # fixed by the scenario
+# The same for what the asynchronous server asks beyond that (AsyncLearnerLike).
+ASYNC_ANSWERS = ("train_from",)
+ASYNC_EFFECTS = ("aggregate_buffer", "discard", "forget")
 
 Entry = tuple[str, Any]  # (learner method, its answer)
 T = TypeVar("T")
@@ -143,9 +146,25 @@ class JournaledLearner(Learner):
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         return self.journal.answer("train", partial(super().train, round_idx, client_idx))
 
+    def train_from(self, version: int, client_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.journal.answer("train_from", partial(super().train_from, version, client_idx))
+
     def observe_online(self, t_s: float, client_idx: np.ndarray) -> None:
         if self.journal.live:
             super().observe_online(t_s, client_idx)
+
+    def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
+                         scales: np.ndarray) -> None:
+        if self.journal.live:
+            super().aggregate_buffer(client_idx, versions, scales)
+
+    def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
+        if self.journal.live:
+            super().discard(versions, client_idx)
+
+    def forget(self, version: int) -> None:
+        if self.journal.live:
+            super().forget(version)
 
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None:
         if self.journal.live:

@@ -69,6 +69,25 @@ def tail_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> pl.DataFram
     return test.join(cumulative_bytes(rounds_df), on="round", how="left").sort("round")
 
 
+def time_to_level(eval_df: pl.DataFrame, rounds_df: pl.DataFrame,
+                  level: float) -> dict[str, float] | None:
+    """The first evaluation whose test p90 error is <= ``level``: its simulated time (s),
+    round (server update) and cumulative bytes down + up; None if no evaluation reaches it."""
+    table = tail_vs_bytes(eval_df, rounds_df).filter(pl.col("p90") <= level).sort("round")
+    if not table.height:
+        return None
+    row = table.row(0, named=True)
+    return {"t_s": row["t_s"], "round": row["round"], "bytes_cum": row["bytes_cum"]}
+
+
+def staleness_counts(clients_df: pl.DataFrame) -> pl.DataFrame:
+    """Tasks per (staleness, status) among the arrivals the server took in (aggregated,
+    filtered, stale). Returns columns staleness, status, count, sorted."""
+    arrived = clients_df.filter(pl.col("status").is_in(["aggregated", "filtered", "stale"]))
+    return (arrived.group_by("staleness", "status").agg(pl.len().cast(pl.Int64).alias("count"))
+            .sort("staleness", "status"))
+
+
 def last_round_rows(eval_df: pl.DataFrame) -> pl.DataFrame:
     """All eval rows at the last round at which test devices were evaluated."""
     test = eval_df.filter(pl.col("split") == "test")
@@ -191,6 +210,28 @@ def plot_p90_vs_time(eval_df: pl.DataFrame) -> Figure:
     return fig
 
 
+def plot_staleness(clients_df: pl.DataFrame) -> Figure:
+    """Asynchronous runs: how many server updates old the arriving updates were, stacked
+    by what the server did with them (aggregated, filtered by Δ-FL, dropped as stale)."""
+    counts = staleness_counts(clients_df)
+    taus = np.arange(int(counts["staleness"].to_numpy().max(initial=0)) + 1)
+    fig, ax = _new_axes()
+    bottom = np.zeros(taus.size)
+    for status, color in (("aggregated", "C0"), ("filtered", "C1"), ("stale", "C3")):
+        part = counts.filter(pl.col("status") == status)
+        if not part.height:
+            continue
+        height = np.zeros(taus.size)
+        height[part["staleness"].to_numpy()] = part["count"].to_numpy()
+        ax.bar(taus, height, bottom=bottom, color=color, label=f"{status} ({int(height.sum())})")
+        bottom += height
+    mean = float(np.average(counts["staleness"].to_numpy(), weights=counts["count"].to_numpy()))
+    ax.set(xlabel="staleness τ (server updates since the device's model version)",
+           ylabel="arrived updates", title=f"Staleness of the arrivals (mean {mean:.2f})")
+    ax.legend(title="status")
+    return fig
+
+
 def plot_round_durations(rounds_df: pl.DataFrame) -> Figure:
     """Round duration vs round start time (a diurnal cycle shows as a wave)."""
     start_h = rounds_df["t_start_s"].to_numpy() / SECONDS_PER_HOUR
@@ -240,10 +281,13 @@ def _read_table(run_dir: Path, name: str) -> pl.DataFrame | None:
 
 
 def _figure_makers(
-    ev: pl.DataFrame | None, rounds: pl.DataFrame | None, avail: pl.DataFrame | None
+    ev: pl.DataFrame | None, rounds: pl.DataFrame | None, avail: pl.DataFrame | None,
+    clients: pl.DataFrame | None = None,
 ) -> dict[str, Callable[[], Figure]]:
     """File name -> figure builder, for the figures whose tables are present."""
     makers: dict[str, Callable[[], Figure]] = {}
+    if clients is not None and bool((clients["staleness"] > 0).any()):  # an async run
+        makers["staleness.png"] = partial(plot_staleness, clients)
     if ev is not None and bool((ev["split"] == "test").any()):
         makers["test_error_hist.png"] = partial(plot_test_error_hist, ev)
         makers["p90_vs_time.png"] = partial(plot_p90_vs_time, ev)
@@ -267,7 +311,8 @@ def plot_run(run_dir: Path) -> list[Path]:
     run_dir = Path(run_dir)
     if not any(table_exists(run_dir, t) for t in ("rounds", "eval")):
         raise InputError(f"{run_dir}: not a simfl run directory (no rounds.parquet)")
-    makers = _figure_makers(*(_read_table(run_dir, t) for t in ("eval", "rounds", "availability")))
+    makers = _figure_makers(*(_read_table(run_dir, t)
+                              for t in ("eval", "rounds", "availability", "clients")))
     out_dir = run_dir / "plots"
     out_dir.mkdir(exist_ok=True)
     written = []
@@ -300,3 +345,40 @@ def compare_runs(run_dirs: list[Path], out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     return out
+
+
+def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
+    """Overlay test p90 error vs simulated time for several runs (e.g. sync vs async), on a
+    log time axis (an async run may take minutes where sync rounds take days); each run is
+    labelled with its aggregator and server mode (and folder, where those coincide)."""
+    curves, labels = [], []
+    for run_dir in map(Path, run_dirs):
+        ev = _read_table(run_dir, "eval")
+        if ev is None:
+            raise InputError(f"{run_dir}: needs a non-empty eval.parquet")
+        test = error_by_round(ev).filter((pl.col("split") == "test") & (pl.col("t_s") > 0))
+        curves.append(test)
+        labels.append(f"{run_label(run_dir)}, {_server_mode(run_dir)}")
+    labels = [f"{label} ({Path(d).name})" if labels.count(label) > 1 else label
+              for label, d in zip(labels, run_dirs, strict=True)]
+    fig, ax = _new_axes((7.0, 4.5))
+    for test, label in zip(curves, labels, strict=True):
+        ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".",
+                ms=4, label=label)
+    ax.set_xscale("log")
+    ax.set(xlabel="simulated time (h, log scale)", ylabel=f"test error, {P90_LABEL}",
+           title="Tail error vs simulated time")
+    ax.legend(title="run", fontsize="small")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def _server_mode(run_dir: Path) -> str:
+    """The manifest's server mode (sync / async); the folder name if it cannot be read."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        return str(manifest["scenario"]["server"].get("mode", "sync"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return run_dir.name

@@ -49,7 +49,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("round", pa.int64()),
         ("client_id", pa.string()),
         ("client_idx", pa.int64()),
-        ("status", pa.string()),  # aggregated / filtered / dropped / late / nonfinite
+        ("status", pa.string()),  # aggregated / filtered / dropped / late / nonfinite / stale
         ("loss_reported", pa.float64()),  # F_k(w_t); null when the rule needs no losses
         ("train_loss", pa.float64()),  # mean minibatch loss during local training
         ("num_samples", pa.int64()),
@@ -57,7 +57,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("bytes_up", pa.int64()),
         ("t_dispatch_s", pa.float64()),
         ("t_done_s", pa.float64()),
-        ("staleness", pa.int64()),
+        ("staleness", pa.int64()),  # server updates since model_version (sync: 0)
+        ("model_version", pa.int64()),  # the model the device started from (sync: round)
     ]),
     "comm": pa.schema([
         ("round", pa.int64()),

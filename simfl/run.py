@@ -45,6 +45,7 @@ from simfl.quantile.panel import EstimatorPanel
 from simfl.records import Recorder, write_atomically
 from simfl.rng import Streams
 from simfl.scenario import Scenario, from_dict, to_dict
+from simfl.sim.async_server import async_server
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import Fleet, ServerState, sync_server
 from simfl.train import build_model, initial_params
@@ -232,8 +233,9 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
     devices = population.devices
     fleet = Fleet(population.availability, devices.train_s_per_sample,
                   devices.failure_rate_per_h, scenario.train.local_epochs)
-    env.process(sync_server(env, scenario.server, fleet, LinkSharing(env, population.paths),
-                            learner, recorder, streams, state, checkpoints.wrap(after_round)))
+    server = async_server if scenario.server.mode == "async" else sync_server
+    env.process(server(env, scenario.server, fleet, LinkSharing(env, population.paths),
+                       learner, recorder, streams, state, checkpoints.wrap(after_round)))
     env.run()
     bar.close()
     return summary, env.now

@@ -167,6 +167,18 @@ class ServerConfig:
     wait_poll_s: float = _f(60.0, POSITIVE)  # how often to look again while waiting
     deadline_s: float = _f(0.0, NON_NEGATIVE)  # round deadline from its start (0 = none)
     round_interval_s: float = _f(0.0, NON_NEGATIVE)  # rounds start at most this often
+    # "async": buffered asynchronous aggregation (FedBuff, Nguyen et al., AISTATS 2022;
+    # docs/async.md). num_rounds then counts server updates; the keys below are async-only.
+    mode: Literal["sync", "async"] = "sync"
+    concurrency: int = _f(0, NON_NEGATIVE)  # devices kept training (0 = clients_per_round)
+    buffer_size: int = _f(0, NON_NEGATIVE)  # arrivals per server update (0 = clients_per_round)
+    # Weight s(tau) of an update tau versions stale: 1; (1 + tau)^-a; hinge: 1 if tau <= b,
+    # else 1 / (a (tau - b) + 1) (FedAsync, Xie et al. 2019).
+    staleness: Literal["constant", "polynomial", "hinge"] = "constant"
+    staleness_a: float = _f(0.5, NON_NEGATIVE)
+    staleness_b: float = _f(4.0, NON_NEGATIVE)
+    max_staleness: int = _f(-1, (lambda v: v >= -1, "must be >= -1"))  # drop beyond (-1 = none)
+    server_lr: float = _f(1.0, POSITIVE)  # w <- w + server_lr * (weighted mean of the buffer)
 
 
 @dataclass(frozen=True)
@@ -330,8 +342,44 @@ def from_dict(table: dict[str, Any], source: str = "<scenario>") -> Scenario:
     return scenario
 
 
+SYNC_ONLY = ("over_selection", "deadline_s", "round_interval_s", "min_online")
+ASYNC_ONLY = ("concurrency", "buffer_size", "staleness", "staleness_a", "staleness_b",
+              "max_staleness", "server_lr")
+ASYNC_AGGREGATORS = ("fedavg", "fedprox", "deltafl")
+# The threshold comes from the buffer's loss reports, sent in the clear with the updates:
+# the devices of a buffer are gone by then, so no multi-round protocol can run.
+ASYNC_ESTIMATORS = ("cohort_exact", "ipw")
+
+
+def _check_server(scenario: Scenario, source: str) -> None:
+    """Keys of one server mode set in the other, and what async mode supports."""
+    server, default = scenario.server, ServerConfig()
+    mode = server.mode
+    for key in ASYNC_ONLY if mode == "sync" else SYNC_ONLY:
+        if getattr(server, key) != getattr(default, key):
+            raise InputError(f"{source}: 'server.{key}' = {getattr(server, key)!r} has no "
+                             f"meaning with 'server.mode' = {mode!r}")
+    if mode == "sync":
+        return
+    if server.staleness == "constant" and server.staleness_a != default.staleness_a:
+        raise InputError(f"{source}: 'server.staleness_a' has no meaning with "
+                         f"'server.staleness' = 'constant'")
+    if server.staleness != "hinge" and server.staleness_b != default.staleness_b:
+        raise InputError(f"{source}: 'server.staleness_b' has no meaning with "
+                         f"'server.staleness' = {server.staleness!r} (hinge only)")
+    if scenario.aggregator.name not in ASYNC_AGGREGATORS:
+        raise InputError(f"{source}: 'aggregator.name' = {scenario.aggregator.name!r} is not "
+                         f"supported with 'server.mode' = 'async' (one of "
+                         f"{list(ASYNC_AGGREGATORS)})")
+    if scenario.aggregator.name == "deltafl" and scenario.estimator.name not in ASYNC_ESTIMATORS:
+        raise InputError(f"{source}: 'estimator.name' = {scenario.estimator.name!r} needs the "
+                         f"devices online during its protocol; with 'server.mode' = 'async' "
+                         f"use one of {list(ASYNC_ESTIMATORS)} (others may shadow)")
+
+
 def _check_relations(scenario: Scenario, source: str) -> None:
     """Checks that involve more than one key."""
+    _check_server(scenario, source)
     bisection = scenario.estimator.secure_bisection
     if bisection.high <= bisection.low:
         raise InputError(f"{source}: 'estimator.secure_bisection.high' = {bisection.high!r} "

@@ -177,15 +177,21 @@ def _select(now: float, cfg: ServerConfig, fleet: Fleet, busy: np.ndarray, strea
     wanted = math.ceil(size * (1 + cfg.over_selection))
     devices = np.sort(fleet.availability.sample_online(
         now, wanted, streams.numpy("selection", r), busy, learner.selection_weights()))
-    failure_rate_per_s = fleet.failure_rate_per_h[devices] / 3600.0
-    with np.errstate(divide="ignore"):
-        fail_after_s = streams.numpy("failure", r).exponential(1.0, len(devices)) / \
-            failure_rate_per_s
-    gone_at = np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
+    gone_at = leave_times(fleet, devices, now, streams.numpy("failure", r))
     k = len(devices)
     return _Round(r, now, fleet.availability.num_online(now), devices, gone_at, busy,
                   np.full(k, "", dtype=object), np.full(k, np.nan), np.full(k, np.nan),
                   np.full(k, math.nan))
+
+
+def leave_times(fleet: Fleet, devices: np.ndarray, now: float,
+                rng: np.random.Generator) -> np.ndarray:
+    """(K,) when each device, starting a task at ``now``, goes offline or fails (hazard
+    ``failure_rate_per_h`` per hour of participation, one exponential draw each)."""
+    failure_rate_per_s = fleet.failure_rate_per_h[devices] / 3600.0
+    with np.errstate(divide="ignore"):
+        fail_after_s = rng.exponential(1.0, len(devices)) / failure_rate_per_s
+    return np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
 
 
 def _run_round(env: simpy.Environment, cfg: ServerConfig, fleet: Fleet, net: LinkSharing,
@@ -329,7 +335,7 @@ def _record(rnd: _Round, learner: LearnerLike, recorder: Recorder) -> None:
             client_idx=rnd.devices, status=rnd.status.astype(str), loss_reported=rnd.loss,
             train_loss=rnd.train_loss, num_samples=learner.num_samples(rnd.devices),
             bytes_down=down, bytes_up=up, t_dispatch_s=rnd.t_select_s, t_done_s=rnd.t_done_s,
-            staleness=0)
+            staleness=0, model_version=rnd.index)
     recorder.append(
         "rounds", round=rnd.index, t_start_s=rnd.t_start_s, t_end_s=rnd.t_end_s,
         num_online=rnd.num_online, num_selected=k,

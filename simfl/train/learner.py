@@ -56,6 +56,11 @@ class Learner:
         self.eval_cfg, self.streams = eval_cfg, streams
         self._pending: dict[int, torch.Tensor] = {}  # client_idx -> delta (P,) of this round
         self._round = 0  # the round of the pending updates
+        # Asynchronous server (FedBuff): the server updates so far, the older model versions
+        # that tasks in flight started from, and the trained updates not yet aggregated.
+        self.version = 0
+        self._versions: dict[int, torch.Tensor] = {}  # version -> params (P,)
+        self._updates: dict[tuple[int, int], torch.Tensor] = {}  # (version, client) -> (P,)
         self.aggregator_state = aggregator.init(data.train.num_samples)  # AFL, DRFA: λ
         self.panel: EstimatorPanel | None = None  # set by use_estimators (Δ-FL only)
         self.bias_every = 0
@@ -138,6 +143,12 @@ class Learner:
         self._round = round_idx
         if len(client_idx) == 0:
             return np.zeros(0)
+        self._pending, train_losses = self._train_clients(self.params, round_idx, client_idx)
+        return train_losses
+
+    def _train_clients(self, params: torch.Tensor, round_idx: int, client_idx: np.ndarray
+                       ) -> tuple[dict[int, torch.Tensor], np.ndarray]:
+        """One batched call: the finite deltas by client, and (K,) train losses (NaN: dropped)."""
         hparams = TrainHParams(
             local_epochs=self.train_cfg.local_epochs,
             batch_size=self.train_cfg.batch_size,
@@ -149,15 +160,62 @@ class Learner:
         )
         seeds = [self.streams.seed("shuffle", round_idx, int(k)) for k in client_idx]
         result = train_cohort(
-            self.model, self.params, self.data.train.subset(client_idx), hparams, seeds
+            self.model, params, self.data.train.subset(client_idx), hparams, seeds
         )
         finite = torch.isfinite(result.deltas).all(dim=1).cpu().numpy()  # (K,)
         for k in client_idx[~finite]:
             log.warning("round %d: dropped the update of client %s (NaN/Inf values)",
                         round_idx, self.data.train.client_ids[k])
-        self._pending = {int(k): result.deltas[i]
-                         for i, k in enumerate(client_idx) if finite[i]}
-        return np.where(finite, result.train_losses, np.nan)
+        deltas = {int(k): result.deltas[i] for i, k in enumerate(client_idx) if finite[i]}
+        return deltas, np.where(finite, result.train_losses, np.nan)
+
+    def train_from(self, version: int, client_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Asynchronous server: train the clients that started from model ``version`` (the
+        current one or one kept since) in one batched call, with the local lr and shuffle
+        seeds of that version (as sync round ``version``). Returns (K,) mean training losses
+        (NaN: a NaN/Inf update, never aggregated) and (K,) F_k(w_version), the loss reports
+        a filtering rule needs (NaN when it needs none). The updates wait for
+        :meth:`aggregate_buffer` or :meth:`discard`."""
+        params = self.params if version == self.version else self._versions[version]
+        deltas, train_losses = self._train_clients(params, version, client_idx)
+        self._updates.update({(version, k): delta for k, delta in deltas.items()})
+        start_losses = np.full(len(client_idx), np.nan)
+        if self.needs_losses:
+            clients = self.data.train.subset(client_idx)
+            start_losses = evaluate_cohort(self.model, params, clients,
+                                           self.eval_cfg.batch_size).losses
+        return train_losses, start_losses
+
+    def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
+                         scales: np.ndarray) -> None:
+        """FedBuff's server step over the buffered updates kept (Nguyen et al., AISTATS
+        2022): w ← w + Σ_k (α_k / Σ_j α_j) c_k Δ_k with c_k = η_g s(τ_k) given by the
+        server, in the given order; then model version += 1, the old version kept for the
+        tasks still training from it (until :meth:`forget`). With c_k = 1 this is FedAvg's
+        weighted mean, bit for bit."""
+        params = self.params
+        if len(client_idx) > 0:
+            weights = self.num_samples(client_idx).astype(np.float64)
+            coef = weights / weights.sum() * scales  # (K,)
+            deltas = torch.stack([self._updates.pop((int(v), int(k)))
+                                  for v, k in zip(versions, client_idx, strict=True)])
+            params = params + torch.as_tensor(coef, dtype=deltas.dtype,
+                                              device=deltas.device) @ deltas
+            if not bool(torch.isfinite(params).all()):
+                raise NonFiniteModelError(
+                    f"server update {self.version}: the global model has NaN/Inf parameters "
+                    f"after aggregating {len(client_idx)} buffered updates")
+        self._versions[self.version] = self.params
+        self.params, self.version = params, self.version + 1
+
+    def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
+        """Forget trained updates that will not be aggregated (filtered, stale, dropped)."""
+        for v, k in zip(versions, client_idx, strict=True):
+            self._updates.pop((int(v), int(k)), None)
+
+    def forget(self, version: int) -> None:
+        """No task in flight will train from the old model ``version`` any more."""
+        self._versions.pop(version, None)
 
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None:
         """Combine the updates of the given clients (a subset of the last ``train``);

@@ -1,0 +1,357 @@
+"""The asynchronous (FedBuff) server: hand-computed timelines, sync equivalence, dropouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import simpy
+import torch
+
+from simfl import checkpoint
+from simfl.aggregate import make_aggregator
+from simfl.data import load_data
+from simfl.population import always_online
+from simfl.population.availability import Availability, from_intervals
+from simfl.population.network import NetworkPaths
+from simfl.records import Recorder
+from simfl.rng import Streams
+from simfl.scenario import (
+    AggregatorConfig,
+    DataConfig,
+    EvalConfig,
+    ServerConfig,
+    SyntheticConfig,
+    TrainConfig,
+)
+from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
+from simfl.sim.network import LinkSharing
+from simfl.sim.server import Fleet, LearnerLike, ServerState, sync_server
+from simfl.train import build_model, initial_params
+from simfl.train.learner import Learner
+from tests.sim.test_server import FakeLearner, paths
+
+
+@dataclass
+class FakeAsyncLearner(FakeLearner):
+    """Bookkeeping of what the async server asks: trained groups, buffers, releases."""
+
+    trained: list[tuple[int, list[int]]] = field(default_factory=list)
+    buffers: list[tuple[list[int], list[int], list[float]]] = field(default_factory=list)
+    discarded: list[tuple[int, int]] = field(default_factory=list)
+    forgotten: list[int] = field(default_factory=list)
+
+    def train_from(self, version: int, client_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.trained.append((version, client_idx.tolist()))
+        return np.zeros(len(client_idx)), client_idx.astype(float)
+
+    def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
+                         scales: np.ndarray) -> None:
+        self.buffers.append((client_idx.tolist(), versions.tolist(), scales.tolist()))
+
+    def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
+        self.discarded += list(zip(versions.tolist(), client_idx.tolist(), strict=True))
+
+    def forget(self, version: int) -> None:
+        self.forgotten.append(version)
+
+
+def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
+             net_paths: NetworkPaths, learner: AsyncLearnerLike,
+             train_s_per_sample: np.ndarray) -> dict[str, pl.DataFrame]:
+    env = simpy.Environment()
+    recorder = Recorder(tmp_path)
+    fleet = Fleet(availability, train_s_per_sample, np.zeros(availability.num_devices), 1)
+    env.process(async_server(env, cfg, fleet, LinkSharing(env, net_paths), learner, recorder,
+                             Streams(0), ServerState(), lambda r, t: None))
+    env.run()
+    recorder.close()
+    return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}
+
+
+def toy(tmp_path: Path, **server: object) -> tuple[dict[str, pl.DataFrame], FakeAsyncLearner]:
+    # Three devices, always online: 1000 B down and up at 1000 B/s (1 s each), compute
+    # 10 samples x 0.1 / 0.3 / 0.5 s: tasks of 3, 5 and 7 s. All three are kept busy.
+    cfg = ServerConfig(mode="async", num_rounds=5, clients_per_round=3, buffer_size=1,
+                       staleness="polynomial", staleness_a=1.0, **server)  # type: ignore[arg-type]
+    learner = FakeAsyncLearner(needs_losses=False)
+    tables = simulate(tmp_path, cfg, always_online(np.zeros(3, np.int64), 1),
+                      paths([1000] * 3, [1000] * 3), learner, np.array([0.1, 0.3, 0.5]))
+    return tables, learner
+
+
+def rows(clients: pl.DataFrame) -> list[tuple[int, int, int, int, str]]:
+    return list(clients.select("round", "client_idx", "model_version", "staleness",
+                               "status").iter_rows())
+
+
+def test_staleness_and_arrival_order_match_the_hand_computed_timeline(tmp_path: Path) -> None:
+    # t=0 all start from v0. t=3 d0 arrives (tau 0): update -> v1, d0 restarts from v1
+    # (ends 6). t=5 d1 (v0, tau 1) -> v2, d1 restarts (ends 10). t=6 d0 (v1, tau 1) -> v3,
+    # d0 restarts (ends 9). t=7 d2 (v0, tau 3) -> v4, restarts (ends 14). t=9 d0 (v3,
+    # tau 1) -> v5, the last update. d1 (v2) at 10 and d2 (v4) at 14 are late.
+    tables, learner = toy(tmp_path)
+    rounds, clients = tables["rounds"], tables["clients"]
+    np.testing.assert_array_equal(rounds["t_end_s"], [3.0, 5.0, 6.0, 7.0, 9.0])
+    np.testing.assert_array_equal(rounds["t_start_s"], [0.0, 3.0, 5.0, 6.0, 7.0])
+    assert rows(clients) == [(0, 0, 0, 0, "aggregated"), (1, 1, 0, 1, "aggregated"),
+                             (2, 0, 1, 1, "aggregated"), (3, 2, 0, 3, "aggregated"),
+                             (4, 0, 3, 1, "aggregated"), (5, 1, 2, 3, "late"),
+                             (5, 2, 4, 1, "late")]
+    np.testing.assert_array_equal(clients["t_dispatch_s"], [0, 0, 3, 0, 6, 5, 7])
+    np.testing.assert_array_equal(clients["t_done_s"], [3, 5, 6, 7, 9, 10, 14])
+    assert rounds["num_selected"].to_list() == [3, 1, 1, 1, 1]
+    # s(tau) = 1 / (1 + tau) (polynomial, a = 1)
+    assert [b[2] for b in learner.buffers] == [[1.0], [0.5], [0.5], [0.25], [0.5]]
+    assert [(b[0], b[1]) for b in learner.buffers] == [([0], [0]), ([1], [0]), ([0], [1]),
+                                                       ([2], [0]), ([0], [3])]
+    # v0's three devices are trained in one call at the first arrival; the late ones never
+    assert learner.trained == [(0, [0, 1, 2]), (1, [0]), (3, [0])]
+    # an old version is released once no task in flight from it awaits training
+    assert learner.forgotten == [0, 1, 3, 2, 4]
+    # every byte is a message, and each task moved one model down and one update up
+    assert tables["comm"]["bytes"].sum() == 7 * 2000
+    assert rounds["bytes_up"].to_list() == [1000] * 5
+
+
+def test_updates_beyond_max_staleness_are_dropped(tmp_path: Path) -> None:
+    # As above until t=7, where d2 (v0, tau 3 > 2) is stale: no update, d2 restarts from v3
+    # (ends 14). t=9 d0 (v3, tau 0) -> v4, restarts (ends 12). t=10 d1 (v2, tau 2) -> v5.
+    tables, learner = toy(tmp_path, max_staleness=2)
+    assert rows(tables["clients"]) == [
+        (0, 0, 0, 0, "aggregated"), (1, 1, 0, 1, "aggregated"), (2, 0, 1, 1, "aggregated"),
+        (3, 2, 0, 3, "stale"), (3, 0, 3, 0, "aggregated"), (4, 1, 2, 2, "aggregated"),
+        (5, 0, 4, 1, "late"), (5, 2, 3, 2, "late")]
+    np.testing.assert_array_equal(tables["rounds"]["t_end_s"], [3.0, 5.0, 6.0, 9.0, 10.0])
+    assert (0, 2) in learner.discarded  # the stale update is never aggregated
+    assert all(2 not in b[0] or b[1] != [0] for b in learner.buffers)
+
+
+def test_devices_that_go_offline_mid_task_never_contribute(tmp_path: Path) -> None:
+    # 1 s down, compute 10 samples x 0.1 s (device 2: x 0.2 s), 1 s up. Device 1 leaves at
+    # 0.5 s, before its compute alone could end: certain to drop, it is not even trained.
+    # Device 2 leaves at 3.5 s, during its upload (3 to 4 s): trained with device 0 in one
+    # call when device 0 arrives at 3 s, but dropped. Both come back later (3 s and 4 s).
+    availability = from_intervals(
+        np.array([0, 1, 1, 2, 2]), np.array([0.0, 0.0, 3.0, 0.0, 4.0]),
+        np.array([100.0, 0.5, 100.0, 3.5, 100.0]), np.zeros(3, np.int64), 1, horizon_s=100.0)
+    cfg = ServerConfig(mode="async", num_rounds=3, clients_per_round=3, buffer_size=1)
+    learner = FakeAsyncLearner(needs_losses=False)
+    tables = simulate(tmp_path, cfg, availability, paths([1000] * 3, [1000] * 3), learner,
+                      np.array([0.1, 0.1, 0.2]))
+    clients = tables["clients"]
+    dropped = clients.filter(pl.col("status") == "dropped").sort("client_idx")
+    assert dropped["client_idx"].to_list() == [1, 2]
+    np.testing.assert_array_equal(dropped["t_done_s"], [0.5, 3.5])  # when they left
+    assert learner.trained[0] == (0, [0, 2])
+    assert (0, 2) in learner.discarded
+    aggregated = [(k, v) for b in learner.buffers for k, v in zip(b[0], b[1], strict=True)]
+    assert sorted(aggregated) == [(0, 0), (0, 1), (1, 1)]  # (device, version)
+    assert clients.filter(pl.col("status") == "late")["client_idx"].to_list() == [2]
+
+
+def test_staleness_weights() -> None:
+    tau = np.array([0, 1, 3, 4, 6])
+    cfg = ServerConfig(mode="async", staleness="polynomial", staleness_a=0.5)
+    np.testing.assert_allclose(staleness_weight(cfg, tau), (1 + tau) ** -0.5)
+    hinge = ServerConfig(mode="async", staleness="hinge", staleness_a=2.0, staleness_b=3.0)
+    np.testing.assert_allclose(staleness_weight(hinge, tau), [1, 1, 1, 1 / 3, 1 / 7])
+    np.testing.assert_array_equal(staleness_weight(ServerConfig(mode="async"), tau), 1.0)
+
+
+# ---- async reproduces sync FedAvg -----------------------------------------------------------
+
+
+def real_learner(seed: int) -> Learner:
+    streams = Streams(seed)
+    data = load_data(DataConfig(synthetic=SyntheticConfig(num_clients=80, shared_model=3.0)),
+                     streams)
+    model = build_model("linear", data.input_shape, data.num_classes)
+    params = initial_params(model, streams.seed("init"), torch.float64)
+    return Learner(model, params, data, make_aggregator(AggregatorConfig(name="fedavg")),
+                   TrainConfig(lr=0.2, dtype="float64"), 1e-3, EvalConfig(), streams)
+
+
+def run_server(server: object, cfg: ServerConfig, learner: Learner,
+               tmp_path: Path) -> pl.DataFrame:
+    """Every task takes exactly as long: model down and up at 1e5 B/s and no compute time
+    (c / n_k * n_k is not exactly c for every client size n_k)."""
+    n = learner.data.train.num_clients
+    env = simpy.Environment()
+    recorder = Recorder(tmp_path)
+    fleet = Fleet(always_online(np.zeros(n, np.int64), 1), np.zeros(n), np.zeros(n), 1)
+    env.process(server(env, cfg, fleet,  # type: ignore[operator]
+                       LinkSharing(env, paths([1e5] * n, [1e5] * n)), learner, recorder,
+                       Streams(5), ServerState(), lambda r, t: None))
+    env.run()
+    recorder.close()
+    return pl.read_parquet(tmp_path / "clients.parquet")
+
+
+def test_async_with_equal_times_and_constant_weights_is_sync_fedavg(tmp_path: Path) -> None:
+    # buffer = concurrency = clients_per_round, equal task times, s = 1, server lr 1: each
+    # buffer is a sync round's cohort, drawn from the same streams; same model, bit for bit.
+    sync_cfg = ServerConfig(num_rounds=6, clients_per_round=5)
+    sync, async_ = real_learner(1), real_learner(1)
+    sync_clients = run_server(sync_server, sync_cfg, sync, tmp_path / "sync")
+    async_clients = run_server(async_server, ServerConfig(
+        mode="async", num_rounds=6, clients_per_round=5, concurrency=5, buffer_size=5),
+        async_, tmp_path / "async")
+    assert torch.equal(sync.params, async_.params)
+    assert not torch.equal(sync.params, real_learner(1).params)  # it did train
+    key = ["round", "client_idx", "status", "t_dispatch_s", "t_done_s", "train_loss"]
+    assert async_clients.filter(pl.col("status") != "late").select(key).equals(
+        sync_clients.select(key))
+    assert (async_clients["staleness"] == 0).all()
+    assert sync_clients["model_version"].to_list() == sync_clients["round"].to_list()
+
+
+def test_results_do_not_depend_on_how_clients_are_grouped() -> None:
+    """A client's update from a version is the same trained alone or in a group."""
+    learner = real_learner(2)
+    together = learner.train_from(0, np.array([3, 5, 8]))
+    deltas = [learner._updates[(0, k)].clone() for k in (3, 5, 8)]
+    alone = real_learner(2)
+    for i, k in enumerate((3, 5, 8)):
+        train_loss, _ = alone.train_from(0, np.array([k]))
+        np.testing.assert_allclose(train_loss, together[0][i], rtol=1e-12)
+        torch.testing.assert_close(alone._updates[(0, k)], deltas[i], rtol=1e-10, atol=1e-12)
+
+
+def test_aggregate_buffer_weights_by_samples_and_scales_from_kept_versions() -> None:
+    learner = real_learner(3)
+    w0 = learner.params.clone()
+    learner.train_from(0, np.array([1, 2]))
+    d1, d2 = learner._updates[(0, 1)].clone(), learner._updates[(0, 2)].clone()
+    learner.aggregate_buffer(np.array([1]), np.array([0]), np.array([1.0]))
+    assert learner.version == 1
+    torch.testing.assert_close(learner.params, w0 + d1)
+    learner.train_from(1, np.array([4]))  # from v1, while v0's update of client 2 waits
+    d4 = learner._updates[(1, 4)].clone()
+    n2, n4 = learner.num_samples(np.array([2, 4])).astype(float)
+    learner.aggregate_buffer(np.array([2, 4]), np.array([0, 1]), np.array([0.5, 2.0]))
+    want = w0 + d1 + (n2 * 0.5 * d2 + n4 * 2.0 * d4) / (n2 + n4)
+    torch.testing.assert_close(learner.params, want)
+    assert learner._updates == {} and set(learner._versions) == {0, 1}
+    learner.forget(0)
+    assert set(learner._versions) == {1}
+
+
+def test_every_async_question_has_a_replay_rule() -> None:
+    extra = ({n for n in dir(AsyncLearnerLike) if not n.startswith("_")}
+             - {n for n in dir(LearnerLike) if not n.startswith("_")})
+    assert sorted(extra) == sorted(checkpoint.ASYNC_ANSWERS + checkpoint.ASYNC_EFFECTS)
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"server": {"concurrency": 4}}, "server.concurrency"),
+    ({"server": {"server_lr": 0.5}}, "server.server_lr"),
+    ({"server": {"mode": "async", "deadline_s": 60.0}}, "server.deadline_s"),
+    ({"server": {"mode": "async", "over_selection": 0.3}}, "server.over_selection"),
+    ({"server": {"mode": "async", "staleness_b": 2.0}}, "server.staleness_b"),
+    ({"server": {"mode": "async", "staleness_a": 2.0}}, "server.staleness_a"),
+    ({"server": {"mode": "async", "max_staleness": -2}}, "server.max_staleness"),
+    ({"server": {"mode": "async"}, "aggregator": {"name": "qffl"}}, "aggregator.name"),
+    ({"server": {"mode": "async"}, "aggregator": {"name": "deltafl"},
+      "estimator": {"name": "secure_mm"}}, "estimator.name"),
+])
+def test_keys_of_the_other_mode_are_rejected(table: dict[str, object], key: str) -> None:
+    from simfl.errors import InputError
+    from simfl.scenario import from_dict
+
+    with pytest.raises(InputError, match=key.replace(".", r"\.")):
+        from_dict(table)
+
+
+# ---- end to end: deterministic bytes, resumable -----------------------------------------------
+
+ASYNC_SCENARIO = """
+seed = 3
+[data.synthetic]
+num_clients = 80
+[train]
+lr = 0.05
+batch_size = 1000
+[aggregator]
+name = "deltafl"
+[estimator]
+shadow = ["ipw", "tracking"]
+bias_every = 2
+[server]
+mode = "async"
+num_rounds = 9
+clients_per_round = 4
+concurrency = 7
+staleness = "hinge"
+staleness_b = 1.0
+max_staleness = 6
+[eval]
+every = 3
+batch_size = 8192
+[run]
+checkpoint_every = 2
+[population]
+failure_rate_per_h = 3000.0
+[population.availability]
+mode = "diurnal"
+horizon_s = 86400.0
+"""
+
+
+def test_async_runs_are_deterministic_and_resume_to_the_same_files(tmp_path: Path) -> None:
+    from tests.test_resume import assert_same_files, resume, run, run_killed
+
+    scenario = tmp_path / "async.toml"
+    scenario.write_text(ASYNC_SCENARIO)
+    baseline, again, killed = tmp_path / "baseline", tmp_path / "again", tmp_path / "killed"
+    assert run(scenario, baseline) == 0
+    clients = pl.read_parquet(baseline / "clients.parquet")
+    # the scenario does what it is for: stale updates, filtered ones, dropouts, late ones
+    assert {"aggregated", "filtered", "dropped", "late"} <= set(clients["status"].unique())
+    assert clients["staleness"].to_numpy().max() > 0
+    assert pl.read_parquet(baseline / "rounds.parquet").height == 9  # server updates
+    # a device starts at most one task from each model version
+    assert clients.select("client_idx", "model_version").is_duplicated().sum() == 0
+    # every byte is a message: per server update, rounds' totals are comm's and clients' sums
+    comm = pl.read_parquet(baseline / "comm.parquet").filter(pl.col("round") < 9)
+    sums = comm.group_by("round").agg(
+        pl.col("bytes").filter(pl.col("direction") == "up").sum().alias("up")).sort("round")
+    rounds = pl.read_parquet(baseline / "rounds.parquet")
+    assert sums["up"].to_list() == rounds["bytes_up"].to_list()
+    per_client = clients.filter(pl.col("round") < 9).group_by("round").agg(
+        pl.col("bytes_down").sum()).sort("round")
+    assert per_client["bytes_down"].to_list() == rounds["bytes_down"].to_list()
+    assert run(scenario, again) == 0
+    assert_same_files(again, baseline)
+    # SIGKILL while writing the second checkpoint (after round 4): resume from round 2
+    run_killed(["commit", "2", str(scenario), "--out", str(killed), "--quiet"])
+    assert resume(killed) == 0
+    assert_same_files(killed, baseline)
+    from simfl.plots import compare_runs_vs_time, plot_run
+
+    assert baseline / "plots" / "staleness.png" in plot_run(baseline)
+    assert compare_runs_vs_time([baseline, again], tmp_path / "cmp.png").stat().st_size > 0
+
+
+def test_staleness_counts_and_time_to_level() -> None:
+    from simfl.plots import staleness_counts, time_to_level
+
+    clients = pl.DataFrame({
+        "staleness": [0, 1, 1, 2, 1, 0, 3],
+        "status": ["aggregated", "aggregated", "filtered", "stale", "aggregated", "late",
+                   "dropped"]})
+    assert staleness_counts(clients).rows() == [(0, "aggregated", 1), (1, "aggregated", 2),
+                                                (1, "filtered", 1), (2, "stale", 1)]
+    # three evaluations (after 0, 2 and 4 updates) of two test devices
+    ev = pl.DataFrame({"round": [0, 0, 2, 2, 4, 4], "t_s": [0.0, 0, 5, 5, 9, 9],
+                       "client_id": ["a", "b"] * 3, "split": ["test"] * 6,
+                       "num_samples": [1] * 6, "loss": [1.0] * 6,
+                       "error": [0.9, 0.8, 0.5, 0.7, 0.2, 0.3]})
+    rounds = pl.DataFrame({"round": [0, 1, 2, 3], "bytes_down": [10, 10, 10, 10],
+                           "bytes_up": [1, 2, 3, 4]})
+    # p90 of (0.5, 0.7) is 0.68 (linear interpolation): reached after 2 updates, 23 bytes
+    assert time_to_level(ev, rounds, 0.69) == {"t_s": 5.0, "round": 2, "bytes_cum": 23}
+    assert time_to_level(ev, rounds, 0.1) is None
