@@ -6,6 +6,7 @@
     python -m simfl trace SCENARIO.toml --out TRACE.parquet|.csv [--set KEY=VALUE ...]
     python -m simfl sweep SWEEP.toml [--backend auto|ray|sequential]
     python -m simfl collect SWEEP.toml
+    python -m simfl drfl [STUDY.toml] [--out DIR]
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _drfl_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simfl drfl",
+        description="DRFL's breast-cancer noise study (needs the drfl extra).")
+    parser.add_argument("study", type=Path, nargs="?",
+                        help="study TOML (default: the paper's protocol, as in "
+                             "docs/drfl_breast_cancer.toml)")
+    parser.add_argument("--out", type=Path, help="output directory "
+                        "(default results/<study stem>, or results/drfl_breast_cancer)")
+    return parser
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         i, n = (int(part) for part in text.split("/"))
@@ -96,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             return _trace(_trace_parser().parse_args(argv[1:]))
         if argv and argv[0] == "resume":
             return _resume(_resume_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "drfl":
+            return _drfl(_drfl_parser().parse_args(argv[1:]))
         if argv and argv[0] in ("sweep", "collect"):
             return _sweep(argv[0], _sweep_parser(argv[0]).parse_args(argv[1:]))
         return _run(_run_parser().parse_args(argv))
@@ -187,4 +202,23 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         print(f"{sweep.out_dir / table}.parquet: {rows} rows")
     for path in plot_sweep(sweep.out_dir):
         print(path)
+    return 0
+
+
+def _drfl(args: argparse.Namespace) -> int:
+    from simfl.algorithms.drfl.experiment import (
+        ExperimentConfig,
+        load_experiment,
+        run_experiment,
+        summary_table,
+    )
+    from simfl.algorithms.drfl.plots import write_figures
+
+    cfg = load_experiment(args.study) if args.study else ExperimentConfig()
+    stem = args.study.stem if args.study else "drfl_breast_cancer"
+    out_dir = args.out or Path("results") / stem
+    tables = run_experiment(cfg, out_dir)
+    for path in write_figures(tables, out_dir):
+        print(path)
+    print(summary_table(tables["accuracy"]))
     return 0

@@ -1,0 +1,1 @@
+"""Algorithms that are not a per-round aggregation rule (whole federated solvers)."""

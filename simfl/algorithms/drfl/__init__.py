@@ -1,0 +1,7 @@
+"""DRFL: distributionally robust federated learning by ADMM (Bai, Wong, Qiao, Ho 2025).
+
+losses (linear models, Wasserstein worst case), projections (ℓp ball, simplex),
+problem (problem (4) and its direct convex solution), admm (Algorithm 1), baselines
+(ERM, AFL, DRFA, WAFL), engine (iterations on the device population), experiment
+(the breast-cancer noise study) and plots. Needs the ``drfl`` extra (cvxpy, scikit-learn).
+"""

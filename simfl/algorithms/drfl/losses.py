@@ -1,0 +1,134 @@
+"""Linear models, their losses, and the Wasserstein worst-case risk of one client.
+
+A linear model is ``theta = (w, b)`` with ``w`` in R^d and bias ``b``; ``design(x)`` appends
+the constant feature, so scores are ``design(x) @ theta``. The transport cost on samples
+xi = (x, y) is ``||x - x'||_1 + kappa·1[y != y']`` for classification (label flips cost
+kappa) and ``||x - x'||_1 + kappa·|y - y'|`` for regression; the bias is not perturbed.
+
+For a loss with Lipschitz constant L, the worst case over the 1-Wasserstein ball of radius
+rho around the empirical distribution of (x_i, y_i), i = 1..N, is (Shafieezadeh-Abadeh,
+Kuhn, Mohajerin Esfahani 2019, "Regularization via Mass Transportation", JMLR 20:
+Lipschitz losses, classification with label flips and regression; DRFL's Propositions
+6.3 / 6.4 for the SVM and Huber regression)
+
+    classification:  min_{lam >= L||w||_inf}  lam·rho + mean_i max(phi(m_i), phi(-m_i) - lam·kappa)
+    regression:      min_{lam >= L max(||w||_inf, 1/kappa)}  lam·rho + mean_i ell(r_i)
+
+with margins m_i = y_i·score_i and residuals r_i = score_i - y_i.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+
+LOSSES = ("hinge", "logistic", "huber")
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A convex loss of a linear model: ``name`` in LOSSES; ``delta`` is Huber's threshold."""
+
+    name: str
+    delta: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.name not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, not {self.name!r}")
+        if self.delta <= 0:
+            raise ValueError(f"huber delta must be > 0, not {self.delta}")
+
+    @property
+    def is_classification(self) -> bool:
+        return self.name != "huber"
+
+    @property
+    def lipschitz(self) -> float:
+        return self.delta if self.name == "huber" else 1.0
+
+    def value(self, u: np.ndarray) -> np.ndarray:
+        """phi(margin) for classification, ell(residual) for regression."""
+        if self.name == "hinge":
+            return np.maximum(0.0, 1.0 - u)
+        if self.name == "logistic":
+            return np.logaddexp(0.0, -u)
+        a = np.abs(u)
+        return np.where(a <= self.delta, 0.5 * u**2, self.delta * (a - 0.5 * self.delta))
+
+    def derivative(self, u: np.ndarray) -> np.ndarray:
+        """A (sub)gradient of value() at u, elementwise."""
+        if self.name == "hinge":
+            return -(u < 1.0).astype(float)
+        if self.name == "logistic":
+            return -0.5 * (1.0 - np.tanh(0.5 * u))  # -1 / (1 + e^u), overflow-free
+        return np.clip(u, -self.delta, self.delta)
+
+    def expr(self, u: cp.Expression) -> cp.Expression:
+        """The same loss as a cvxpy expression (elementwise, convex)."""
+        if self.name == "hinge":
+            return cp.pos(1.0 - u)
+        if self.name == "logistic":
+            return cp.logistic(-u)
+        # cvxpy's huber(v) is v^2 for |v| <= 1, else 2|v| - 1
+        return 0.5 * self.delta**2 * cp.huber(u / self.delta)
+
+
+def design(x: np.ndarray) -> np.ndarray:
+    """(N, d) features -> (N, d + 1) with a trailing constant feature for the bias."""
+    return np.hstack([x, np.ones((x.shape[0], 1))])
+
+
+def score_terms(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-sample loss at the data and, for classification, at flipped labels: (a, b)."""
+    score = design(x) @ theta
+    if loss.is_classification:
+        return loss.value(y * score), loss.value(-y * score)
+    return loss.value(score - y), None
+
+
+def min_multiplier(loss: Loss, theta: np.ndarray, kappa: float) -> float:
+    """The least lam with a finite worst case: L·||w||_inf, and L/kappa for regression."""
+    bound = float(np.max(np.abs(theta[:-1]), initial=0.0))
+    if not loss.is_classification and math.isfinite(kappa):
+        bound = max(bound, 1.0 / kappa)
+    return loss.lipschitz * bound
+
+
+def worst_case_risk(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray,
+                    rho: float, kappa: float) -> float:
+    """sup of E_Q[loss] over the Wasserstein ball of radius rho, exactly.
+
+    For fixed theta the dual objective is piecewise linear in lam with breakpoints
+    (b_i - a_i)/kappa, so its minimum over lam >= lam_min is at lam_min or a breakpoint.
+    """
+    a, b = score_terms(loss, x, y, theta)
+    lam_min = min_multiplier(loss, theta, kappa)
+    if b is None or not math.isfinite(kappa):
+        return lam_min * rho + float(a.mean())
+    breaks = (b - a) / kappa
+    lams = np.concatenate([[lam_min], breaks[breaks > lam_min]])  # (K,)
+    values = lams * rho + np.maximum(a[None, :], b[None, :] - kappa * lams[:, None]).mean(1)
+    return float(values.min())
+
+
+def mean_loss(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> float:
+    """Empirical risk (no robustness) of theta on (x, y)."""
+    return float(score_terms(loss, x, y, theta)[0].mean())
+
+
+def loss_gradient(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """(D,) gradient of mean_loss in theta."""
+    z = design(x)
+    score = z @ theta
+    if loss.is_classification:
+        return z.T @ (loss.derivative(y * score) * y) / y.size
+    return z.T @ loss.derivative(score - y) / y.size
+
+
+def accuracy(x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> float:
+    """Share of samples with sign(score) == y (a zero score counts as wrong)."""
+    return float(np.mean(y * (design(x) @ theta) > 0))
