@@ -50,6 +50,11 @@ def _plot_parser() -> argparse.ArgumentParser:
     parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories")
     parser.add_argument("--compare", type=Path,
                         help="also overlay the runs' tail error vs communication in this PNG")
+    parser.add_argument("--compare-time", type=Path, metavar="PNG",
+                        help="also overlay the runs' tail error vs simulated time (sync vs async)")
+    parser.add_argument("--level", type=float, metavar="P90",
+                        help="print when each run first reaches this 90th-percentile test error "
+                             "(simulated time, round, bytes)")
     return parser
 
 
@@ -167,13 +172,21 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from simfl.bias_plots import plot_run_bias
-    from simfl.plots import compare_runs, plot_run
+    from simfl.plots import compare_runs, compare_runs_vs_time, plot_run, reach_level
 
     for run_dir in args.run_dirs:
         for path in [*plot_run(run_dir), *plot_run_bias(run_dir)]:
             print(path)
     if args.compare:
         print(compare_runs(args.run_dirs, args.compare))
+    if args.compare_time:
+        print(compare_runs_vs_time(args.run_dirs, args.compare_time))
+    if args.level is not None:
+        for run_dir in args.run_dirs:
+            hit = reach_level(run_dir, args.level)
+            print(f"{run_dir}: " + (f"p90 <= {args.level} at {hit['t_s'] / 3600:.2f} h, "
+                                    f"round {hit['round']}, {hit['bytes_cum'] / 1e9:.2f} GB"
+                                    if hit else f"never reaches p90 <= {args.level}"))
     return 0
 
 

@@ -80,6 +80,14 @@ def time_to_level(eval_df: pl.DataFrame, rounds_df: pl.DataFrame,
     return {"t_s": row["t_s"], "round": row["round"], "bytes_cum": row["bytes_cum"]}
 
 
+def reach_level(run_dir: Path, level: float) -> dict[str, float] | None:
+    """:func:`time_to_level` of a run directory."""
+    ev, rounds = _read_table(run_dir, "eval"), _read_table(run_dir, "rounds")
+    if ev is None or rounds is None:
+        raise InputError(f"{run_dir}: needs non-empty eval.parquet and rounds.parquet")
+    return time_to_level(ev, rounds, level)
+
+
 def staleness_counts(clients_df: pl.DataFrame) -> pl.DataFrame:
     """Tasks per (staleness, status) among the arrivals the server took in (aggregated,
     filtered, stale). Returns columns staleness, status, count, sorted."""

@@ -301,7 +301,8 @@ horizon_s = 86400.0
 """
 
 
-def test_async_runs_are_deterministic_and_resume_to_the_same_files(tmp_path: Path) -> None:
+def test_async_runs_are_deterministic_and_resume_to_the_same_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.test_resume import assert_same_files, resume, run, run_killed
 
     scenario = tmp_path / "async.toml"
@@ -330,10 +331,20 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(tmp_path: Pat
     run_killed(["commit", "2", str(scenario), "--out", str(killed), "--quiet"])
     assert resume(killed) == 0
     assert_same_files(killed, baseline)
-    from simfl.plots import compare_runs_vs_time, plot_run
+    from simfl.cli import main
+    from simfl.plots import reach_level
 
-    assert baseline / "plots" / "staleness.png" in plot_run(baseline)
-    assert compare_runs_vs_time([baseline, again], tmp_path / "cmp.png").stat().st_size > 0
+    capsys.readouterr()
+    png = tmp_path / "cmp.png"
+    assert main(["plot", str(baseline), str(again), "--compare-time", str(png),
+                 "--level", "1.0"]) == 0
+    out = capsys.readouterr().out
+    assert str(baseline / "plots" / "staleness.png") in out.splitlines()
+    assert png.stat().st_size > 0
+    first = pl.read_parquet(baseline / "eval.parquet").filter(pl.col("split") == "test")
+    hit = reach_level(baseline, 1.0)  # every error is <= 1: the first test evaluation
+    assert hit is not None and hit["round"] == first["round"].min()
+    assert f"{baseline}: p90 <= 1.0 at {hit['t_s'] / 3600:.2f} h, round {hit['round']}" in out
 
 
 def test_staleness_counts_and_time_to_level() -> None:
