@@ -1,12 +1,14 @@
 """The reproduction table of a paper sweep: final test mean and 90th-percentile error.
 
     python bench/paper_table.py scenarios/paper/convnet.sweep.toml [--errors OUT.parquet]
+        [--ecdf OUT.png]
 
 Reads the manifest of every complete run of the sweep (its final evaluation's
 summary, wall time and device) and prints one markdown row per variant: mean
 ± std over the seeds present of the unseen test devices' mean and 90th-percentile
 error, the number of seeds, and the wall time per run. ``--errors`` also writes
-the final per-device test errors of every run (for ECDF figures).
+the final per-device test errors of every run; ``--ecdf`` draws their ECDF, one line
+per variant (its lowest seed).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import numpy as np
 import polars as pl
 
+from simfl.plots import plot_error_ecdf
 from simfl.sweep import is_complete, load_sweep
 
 
@@ -24,6 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("sweep")
     parser.add_argument("--errors", help="write the final test errors of every run here")
+    parser.add_argument("--ecdf", help="draw the ECDF of the final test errors here (PNG)")
     args = parser.parse_args()
     sweep = load_sweep(args.sweep)
     rows, errors = [], []
@@ -35,7 +39,7 @@ def main() -> None:
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
                      "mean": test["mean"], "p90": test["p90"], "wall_s": manifest["wall_s"],
                      "device": manifest.get("device", "")})
-        if args.errors:
+        if args.errors or args.ecdf:
             evals = pl.read_parquet(run.run_dir / "eval.parquet")
             last = evals.filter((pl.col("split") == "test")
                                 & (pl.col("round") == evals["round"].max()))
@@ -58,6 +62,12 @@ def main() -> None:
               f"{wall.mean() / 60:.1f} min |")
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
+    if args.ecdf:
+        first = (pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
+                 .with_columns(label=pl.col("variant")))
+        fig = plot_error_ecdf(first, f"{sweep.name}: final test error per device")
+        fig.savefig(args.ecdf, dpi=120)
+        print(args.ecdf)
 
 
 def _pm(values: np.ndarray) -> str:

@@ -16,6 +16,7 @@ from simfl.plots import (
     cumulative_bytes,
     error_by_round,
     last_round_rows,
+    plot_error_ecdf,
     plot_run,
     run_label,
     tail_vs_bytes,
@@ -174,3 +175,16 @@ def test_compare_runs_rejects_a_run_without_eval(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="empty"):
         compare_runs([tmp_path / "empty"], tmp_path / "cmp.png")
+
+
+def test_error_ecdf_draws_each_label_up_to_one() -> None:
+    errors = pl.DataFrame({"label": ["a"] * 4 + ["b"] * 2,
+                           "error": [0.1, 0.2, 0.2, 0.5, 0.0, 0.3]})
+    ax = plot_error_ecdf(errors, "t").axes[0]
+    curves = [line for line in ax.get_lines() if len(line.get_xdata()) > 2]
+    assert len(curves) == 2  # one ECDF per label, beside the 90% level line
+    for line in curves:
+        assert line.get_ydata()[-1] == pytest.approx(1.0)
+    tops = sorted(float(np.max(line.get_xdata()[np.isfinite(line.get_xdata())]))
+                  for line in curves)
+    assert tops == [0.3, 0.5]
