@@ -165,6 +165,7 @@ def plot_error_ecdf(errors: pl.DataFrame, title: str) -> Figure:
     curve left."""
     fig, ax = _new_axes((7.0, 4.5))
     sns.ecdfplot(data=errors.to_pandas(), x="error", hue="label", ax=ax)
+    sns.move_legend(ax, "lower right", title="run")
     ax.axhline(TAIL_LEVEL, color="0.5", ls=":", lw=1)
     ax.set(xlabel="per-device test error", ylabel="share of test devices", title=title)
     return fig
