@@ -351,9 +351,7 @@ def compare_runs(run_dirs: list[Path], out: Path) -> Path:
             raise InputError(f"{run_dir}: needs non-empty eval.parquet and rounds.parquet")
         tables.append(tail_vs_bytes(ev, rounds))
         labels.append(run_label(run_dir))
-    # Two runs with the same aggregator label are told apart by their folder.
-    labels = [f"{label} ({Path(d).name})" if labels.count(label) > 1 else label
-              for label, d in zip(labels, run_dirs, strict=True)]
+    labels = _distinct(labels, run_dirs)
     divisor, unit = byte_unit(max((_max_bytes(t) for t in tables), default=0.0))
     fig, ax = _new_axes((7.0, 4.5))
     for table, label in zip(tables, labels, strict=True):
@@ -361,10 +359,7 @@ def compare_runs(run_dirs: list[Path], out: Path) -> Path:
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
            ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
     ax.legend(title="run")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
+    return _save(fig, out)
 
 
 def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
@@ -379,8 +374,7 @@ def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
         test = error_by_round(ev).filter((pl.col("split") == "test") & (pl.col("t_s") > 0))
         curves.append(test)
         labels.append(f"{run_label(run_dir)}, {_server_mode(run_dir)}")
-    labels = [f"{label} ({Path(d).name})" if labels.count(label) > 1 else label
-              for label, d in zip(labels, run_dirs, strict=True)]
+    labels = _distinct(labels, run_dirs)
     fig, ax = _new_axes((7.0, 4.5))
     for test, label in zip(curves, labels, strict=True):
         ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".",
@@ -389,6 +383,16 @@ def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
     ax.set(xlabel="simulated time (h, log scale)", ylabel=f"test error, {P90_LABEL}",
            title="Tail error vs simulated time")
     ax.legend(title="run", fontsize="small")
+    return _save(fig, out)
+
+
+def _distinct(labels: list[str], run_dirs: list[Path]) -> list[str]:
+    """Runs with the same label are told apart by their folder."""
+    return [f"{label} ({Path(d).name})" if labels.count(label) > 1 else label
+            for label, d in zip(labels, run_dirs, strict=True)]
+
+
+def _save(fig: Figure, out: Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
