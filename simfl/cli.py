@@ -4,7 +4,7 @@
     python -m simfl resume RUN_DIR [--quiet]
     python -m simfl plot RUN_DIR [RUN_DIR ...] [--compare OUT.png]
     python -m simfl trace SCENARIO.toml --out TRACE.parquet|.csv [--set KEY=VALUE ...]
-    python -m simfl sweep SWEEP.toml [--backend auto|ray|sequential]
+    python -m simfl sweep SWEEP.toml [--backend auto|ray|sequential] [--shard I/N] [--quiet]
     python -m simfl collect SWEEP.toml
     python -m simfl drfl [STUDY.toml] [--out DIR]
 """
@@ -80,6 +80,8 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--shard", metavar="I/N", type=_shard, default=(0, 1),
                             help="run only every N-th run, starting at the I-th (0-based): N "
                                  "processes with I = 0 .. N-1 share a machine without Ray")
+        parser.add_argument("--quiet", action="store_true",
+                            help="no round progress bar (the sequential backend shows one)")
     return parser
 
 
@@ -207,7 +209,8 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep)
     if command == "sweep":
         i, n = args.shard
-        statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend)
+        statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend,
+                             progress=not args.quiet)
         return 0 if all(s == "complete" for s in statuses.values()) else 1
     from simfl.bias_plots import plot_sweep
 

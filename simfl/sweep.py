@@ -158,9 +158,11 @@ def is_complete(run_dir: Path) -> bool:
     return bool(_manifest(run_dir).get("status") == "complete")
 
 
-def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path, num_threads: int) -> str:
+def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path, num_threads: int,
+             progress: bool = False) -> str:
     """One run with ``num_threads`` torch threads, whichever the backend: float sums
-    depend on the thread count, so both backends then write the same files."""
+    depend on the thread count, so both backends then write the same files. ``progress``
+    shows the run's round bar (one run at a time only)."""
     import torch  # imported in the worker, not by the CLI
 
     from simfl.checkpoint import CHECKPOINT_DIR, STATE_FILE
@@ -172,9 +174,9 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path, num_thread
     try:
         if (run_dir / CHECKPOINT_DIR / STATE_FILE).is_file() and _same_scenario(run_dir,
                                                                               resolved):
-            manifest = resume_run(run_dir, progress=False)  # an interrupted run goes on
+            manifest = resume_run(run_dir, progress)  # an interrupted run goes on
         else:
-            manifest = run_scenario(resolved, run_dir, overwrite=True, progress=False)
+            manifest = run_scenario(resolved, run_dir, overwrite=True, progress=progress)
     finally:
         torch.set_num_threads(before)
     return str(manifest["status"])
@@ -186,9 +188,10 @@ def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
     return bool(started == json.loads(json.dumps(to_dict(scenario))))
 
 
-def run_sweep(sweep: Sweep, backend: str = "auto",
-              report: Callable[[str], None] = print) -> dict[str, str]:
-    """Run the sweep's unfinished runs; return run id -> final status."""
+def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None] = print,
+              progress: bool = False) -> dict[str, str]:
+    """Run the sweep's unfinished runs; return run id -> final status. ``progress``: the
+    sequential backend shows each run's round bar (Ray runs report when they end)."""
     pending = [r for r in sweep.runs if not is_complete(r.run_dir)]
     report(f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(pending)} "
            f"already complete, {len(pending)} to run")
@@ -202,8 +205,10 @@ def run_sweep(sweep: Sweep, backend: str = "auto",
         return _run_ray(sweep, pending, report)
     statuses = {}
     for i, run in enumerate(pending):
+        if progress:
+            report(f"[{i + 1}/{len(pending)}] {run.run_id}: running")
         statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
-                                        sweep.num_threads)
+                                        sweep.num_threads, progress)
         report(f"[{i + 1}/{len(pending)}] {run.run_id}: {statuses[run.run_id]}")
     return statuses
 

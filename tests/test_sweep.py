@@ -155,7 +155,7 @@ def test_shards_split_the_runs_between_processes(tmp_path: Path,
 
     path = write(tmp_path)
     seen: list[list[str]] = []
-    monkeypatch.setattr(simfl.sweep, "run_sweep", lambda sweep, backend: seen.append(
+    monkeypatch.setattr(simfl.sweep, "run_sweep", lambda sweep, backend, progress: seen.append(
         [r.run_id for r in sweep.runs]) or {})
     for shard in ("0/3", "1/3", "2/3"):
         assert main(["sweep", str(path), "--shard", shard]) == 0
@@ -166,3 +166,18 @@ def test_shards_split_the_runs_between_processes(tmp_path: Path,
         with pytest.raises(SystemExit) as exit_info:
             main(["sweep", str(path), "--shard", bad])
         assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_sequential_sweep_shows_each_runs_progress(tmp_path: Path, quiet: bool,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the CLI writes to results/ under the working directory
+    text = SWEEP.replace("seeds = [0, 1]", "seeds = [0]").replace("[4, 6]", "[4]")
+    path = write(tmp_path, text)
+    args = ["sweep", str(path), "--backend", "sequential"] + (["--quiet"] if quiet else [])
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert ("[1/2] variant=always,clients_per_round=4,seed=0: running" in out) != quiet
+    assert ("4/4 [" in err) != quiet  # the round bar ran to the last of the 4 rounds
+    assert "[2/2] variant=diurnal,clients_per_round=4,seed=0: complete" in out
