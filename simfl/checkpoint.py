@@ -21,8 +21,9 @@ needs saving, and a replay costs the engine's time only (about 10 ms a round). T
 replay must meet the checkpoint's simulated time exactly, or the run stops with a
 :class:`ReplayError`.
 
-``run_dir/checkpoint/`` holds ``state.pt`` (rounds done, simulated time, learner
-state, the Parquet parts committed, the journal's length, the last evaluation;
+``run_dir/checkpoint/`` holds ``state.pt`` (rounds done, simulated time, the run's
+wall-clock seconds so far, learner state, the Parquet parts committed, the journal's
+length, the last evaluation;
 written last, it is the commit point), ``journal/000000.pkl``, ... (the answers
 since the previous checkpoint, one file per checkpoint) and ``lock`` (held by the
 process working on the run). Files are written atomically
@@ -187,6 +188,7 @@ class Checkpoint:
 
     rounds_done: int
     t_s: float  # simulated time of the boundary
+    wall_s: float  # wall-clock seconds the run had worked up to the boundary, all sessions
     learner: dict[str, Any]  # Learner.state_dict()
     tables: dict[str, Committed]  # the Parquet parts committed
     journal: list[Entry]  # every answer before the boundary
@@ -222,8 +224,8 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
         raise InputError(f"{path}: checkpoint format {state.get('format')!r}, this simfl "
                          f"reads format {FORMAT}")
     _remove_segments(directory, keep=state["journal_segments"])
-    return Checkpoint(state["rounds_done"], state["t_s"], state["learner"], state["tables"],
-                      journal, state["journal_segments"], state["last_eval"])
+    return Checkpoint(state["rounds_done"], state["t_s"], state["wall_s"], state["learner"],
+                      state["tables"], journal, state["journal_segments"], state["last_eval"])
 
 
 @contextmanager
@@ -246,10 +248,12 @@ class Checkpointer:
     resumed run from replay to live at its checkpoint's boundary."""
 
     def __init__(self, run_dir: Path, every: int, num_rounds: int, learner: JournaledLearner,
-                 recorder: Recorder, resume: Checkpoint | None = None) -> None:
+                 recorder: Recorder, wall_s: Callable[[], float],
+                 resume: Checkpoint | None = None) -> None:
         self.dir = run_dir / CHECKPOINT_DIR
         self.every, self.num_rounds = every, num_rounds
         self.learner, self.recorder, self.resume = learner, recorder, resume
+        self.wall_s = wall_s  # the run's wall-clock seconds so far
         self.num_segments = 0 if resume is None else resume.num_segments
         self.stop_signal: int | None = None
         if resume is not None:
@@ -291,7 +295,7 @@ class Checkpointer:
         entries = pickle.dumps(journal.recorded, protocol=pickle.HIGHEST_PROTOCOL)
         write_atomically(segment, lambda tmp: tmp.write_bytes(entries))
         state = {"format": FORMAT, "rounds_done": rounds_done, "t_s": t_s,
-                 "learner": self.learner.state_dict(), "tables": tables,
+                 "wall_s": self.wall_s(), "learner": self.learner.state_dict(), "tables": tables,
                  "journal_segments": self.num_segments + 1, "last_eval": journal.last_eval}
         write_atomically(self.dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
         self.num_segments += 1

@@ -133,11 +133,18 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
     """Simulate (replaying up to ``checkpoint`` if given), write the tables and keep the
     manifest's status: running, then complete, failed or interrupted with the reason."""
     recorder = Recorder(run_dir, committed=checkpoint.tables if checkpoint else {})
+    started, before = time.perf_counter(), checkpoint.wall_s if checkpoint else 0.0
+
+    def wall_s() -> float:
+        """Seconds worked on the run, over all its sessions: those up to the checkpoint
+        it resumed from, then this one's (work lost after a kill is not counted twice)."""
+        return round(before + time.perf_counter() - started, 3)
+
     checkpoints = Checkpointer(run_dir, scenario.run.checkpoint_every,
-                               scenario.server.num_rounds, built.learner, recorder, checkpoint)
+                               scenario.server.num_rounds, built.learner, recorder, wall_s,
+                               checkpoint)
     manifest["status"] = "running"
     _write_manifest(run_dir, manifest)
-    started = time.perf_counter()
     try:
         with checkpoints.on_signals():
             summary, end_s = _simulate(scenario, built.learner, built.population, recorder,
@@ -148,13 +155,11 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
         recorder.flush()  # rows so far stay readable in parts/; the last checkpoint stays
         interrupted = isinstance(e, RunInterrupted | KeyboardInterrupt)
         manifest.update(status="interrupted" if interrupted else "failed",
-                        reason=f"{type(e).__name__}: {e}",
-                        wall_s=round(time.perf_counter() - started, 3))
+                        reason=f"{type(e).__name__}: {e}", wall_s=wall_s())
         _write_manifest(run_dir, manifest)
         raise
     checkpoints.discard()
-    manifest.update(status="complete", wall_s=round(time.perf_counter() - started, 3),
-                    summary=summary)
+    manifest.update(status="complete", wall_s=wall_s(), summary=summary)
     _write_manifest(run_dir, manifest)
     return manifest
 

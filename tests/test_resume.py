@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -307,6 +308,18 @@ def test_sigint_finishes_the_round_checkpoints_and_resumes_to_the_same_files(
     assert capsys.readouterr().err == ""
     assert [r["from_round"] for r in manifest(out)["resumes"]] == [4]
     assert_same_files(out, baseline)
+
+
+def test_wall_time_adds_up_over_the_sessions_of_a_run(interrupted: Path, copy_of: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    before = checkpoint_state(interrupted)["wall_s"]  # worked up to the checkpoint
+    assert 0 < before <= manifest(interrupted)["wall_s"]
+    out = copy_of(interrupted)
+    clock = iter([100.0] + [107.5] * 1000)  # the resumed session takes 7.5 s
+    monkeypatch.setattr(simfl.run, "time", SimpleNamespace(
+        perf_counter=lambda: next(clock), strftime=simfl.run.time.strftime))
+    assert resume(out) == 0
+    assert manifest(out)["wall_s"] == round(before + 7.5, 3)
 
 
 def test_a_second_signal_stops_at_once_and_the_last_checkpoint_still_resumes(
