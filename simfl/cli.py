@@ -5,6 +5,7 @@
     python -m simfl plot RUN_DIR [RUN_DIR ...] [--compare OUT.png]
     python -m simfl trace SCENARIO.toml --out TRACE.parquet|.csv [--set KEY=VALUE ...]
     python -m simfl sweep SWEEP.toml [--backend auto|ray|sequential] [--shard I/N] [--quiet]
+    python -m simfl sweep SWEEP.toml --status
     python -m simfl collect SWEEP.toml
     python -m simfl drfl [STUDY.toml] [--out DIR]
 """
@@ -82,6 +83,8 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
                                  "processes with I = 0 .. N-1 share a machine without Ray")
         parser.add_argument("--quiet", action="store_true",
                             help="no round progress bar (the sequential backend shows one)")
+        parser.add_argument("--status", action="store_true",
+                            help="run nothing; print where each run stands")
     return parser
 
 
@@ -204,9 +207,16 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import collect, load_sweep, run_sweep
+    from simfl.sweep import collect, load_sweep, run_statuses, run_sweep
 
     sweep = load_sweep(args.sweep)
+    if command == "sweep" and args.status:
+        for r in run_statuses(sweep).iter_rows(named=True):
+            wall = "" if r["wall_s"] is None else f"  {r['wall_s'] / 60:6.1f} min"
+            test = ("" if r["test_mean"] != r["test_mean"]  # NaN: no evaluation yet
+                    else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")
+            print(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}")
+        return 0
     if command == "sweep":
         i, n = args.shard
         statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend,

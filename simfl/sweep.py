@@ -27,6 +27,7 @@ the runs execute one after the other in this process.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import tomllib
@@ -38,6 +39,8 @@ from typing import Any
 import polars as pl
 
 from simfl.errors import InputError
+from simfl.metrics import error_summary
+from simfl.records import read_table
 from simfl.scenario import Scenario, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray"}
@@ -180,6 +183,58 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path, num_thread
     finally:
         torch.set_num_threads(before)
     return str(manifest["status"])
+
+
+def run_statuses(sweep: Sweep) -> pl.DataFrame:
+    """Where each run of the sweep stands: its status (``not started``, ``running``,
+    ``killed`` — a manifest saying running with no process holding the run's lock —,
+    ``interrupted``, ``failed``, ``complete``), the rounds done (at its last checkpoint,
+    where a resume would start) of the scenario's, the wall seconds worked (up to that
+    checkpoint or the end) and the latest evaluation's test mean and p90 error."""
+    import torch  # a checkpoint's state; imported here, not by the CLI
+
+    from simfl.checkpoint import CHECKPOINT_DIR, STATE_FILE
+
+    rows = []
+    for run in sweep.runs:
+        total = load_scenario(sweep.scenario, run.overrides).server.num_rounds
+        manifest = _manifest(run.run_dir)
+        status = manifest.get("status", "not started")
+        if status == "running" and not _locked(run.run_dir / CHECKPOINT_DIR / "lock"):
+            status = "killed"
+        rounds, wall_s = 0, manifest.get("wall_s")
+        test = {"mean": float("nan"), "p90": float("nan")}
+        state = run.run_dir / CHECKPOINT_DIR / STATE_FILE
+        if status == "complete":
+            rounds = total
+        elif state.is_file():
+            checkpoint = torch.load(state, map_location="cpu", weights_only=False)
+            rounds, wall_s = checkpoint["rounds_done"], checkpoint["wall_s"]
+        if manifest:
+            evals = read_table(run.run_dir, "eval").filter(pl.col("split") == "test")
+            if evals.height:
+                last = evals.filter(pl.col("round") == evals["round"].max())
+                test = error_summary(last["error"].to_numpy())
+        rows.append({"run": run.run_id, "status": status, "rounds": rounds,
+                     "num_rounds": total, "wall_s": wall_s,
+                     "test_mean": test["mean"], "test_p90": test["p90"]})
+    return pl.DataFrame(rows, schema={"run": pl.String, "status": pl.String,
+                                      "rounds": pl.Int64, "num_rounds": pl.Int64,
+                                      "wall_s": pl.Float64, "test_mean": pl.Float64,
+                                      "test_p90": pl.Float64})
+
+
+def _locked(path: Path) -> bool:
+    """Whether a process holds the lock file ``path`` (:func:`simfl.checkpoint.run_lock`)."""
+    if not path.is_file():
+        return False
+    with path.open() as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
 
 
 def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:

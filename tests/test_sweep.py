@@ -5,6 +5,7 @@ estimators end to end (bias.parquet, protocol messages in comm.parquet)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,11 @@ import polars as pl
 import pytest
 
 from simfl.bias_plots import plot_sweep
+from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
-from simfl.sweep import collect, is_complete, load_sweep, run_sweep
+from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
+from simfl.train.learner import Learner
 
 SCENARIO = """
 [data]
@@ -181,3 +184,51 @@ def test_sequential_sweep_shows_each_runs_progress(tmp_path: Path, quiet: bool,
     assert ("[1/2] variant=always,clients_per_round=4,seed=0: running" in out) != quiet
     assert ("4/4 [" in err) != quiet  # the round bar ran to the last of the 4 rounds
     assert "[2/2] variant=diurnal,clients_per_round=4,seed=0: complete" in out
+
+
+def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    every_2 = '[set]\n"run.checkpoint_every" = 2\n[ray]'
+    text = SWEEP.replace("[4, 6]", "[4]").replace("[ray]", every_2)
+    path = write(tmp_path, text)
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(path)
+    done, broken = sweep.runs[0], sweep.runs[1]
+    run_sweep(replace(sweep, runs=(done,)), "sequential", report=lambda line: None)
+    train = Learner.train
+
+    def fail_in_round_3(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        if round_idx == 3:
+            raise RuntimeError("boom")
+        return train(self, round_idx, client_idx)
+
+    monkeypatch.setattr(Learner, "train", fail_in_round_3)
+    with pytest.raises(RuntimeError, match="boom"):
+        run_sweep(replace(sweep, runs=(broken,)), "sequential", report=lambda line: None)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+
+    status = run_statuses(sweep)
+    assert status["status"].to_list() == ["complete", "failed", "not started", "not started"]
+    assert status["rounds"].to_list() == [4, 2, 0, 0]  # the failed run's checkpoint: round 2
+    assert status["num_rounds"].to_list() == [4, 4, 4, 4]
+    summary = json.loads((done.run_dir / "manifest.json").read_text())["summary"]["test"]
+    assert status["test_mean"][0] == pytest.approx(summary["mean"], abs=1e-12)
+    assert status["test_p90"][0] == pytest.approx(summary["p90"], abs=1e-12)
+    assert status["wall_s"][1] > 0 and status["test_p90"][1] == status["test_p90"][1]  # not NaN
+    assert status["wall_s"].is_null().to_list() == [False, False, True, True]
+
+    # A manifest that says running: running while a process holds the run's lock, killed
+    # when none does (what a SIGKILL leaves).
+    manifest = json.loads((broken.run_dir / "manifest.json").read_text())
+    (broken.run_dir / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    with run_lock(broken.run_dir):
+        assert run_statuses(sweep)["status"][1] == "running"
+    assert run_statuses(sweep)["status"][1] == "killed"
+
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("variant=always,clients_per_round=4,seed=0  complete  4/4 rounds")
+    assert lines[1].startswith("variant=diurnal,clients_per_round=4,seed=0  killed  2/4 rounds")
+    assert lines[2] == "variant=always,clients_per_round=4,seed=1  not started  0/4 rounds"
