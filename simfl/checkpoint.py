@@ -60,6 +60,7 @@ from simfl.train.learner import Learner
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.pt"
+LOCK_FILE = "lock"
 FORMAT = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -233,7 +234,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s lock while working on the run: a second process (a resume of a
     run still going) gets an InputError. The kernel drops the lock when the process
     dies, SIGKILL included."""
-    path = run_dir / CHECKPOINT_DIR / "lock"
+    path = run_dir / CHECKPOINT_DIR / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         try:
@@ -241,6 +242,20 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         except BlockingIOError:
             raise InputError(f"{run_dir}: another process is working on this run") from None
         yield
+
+
+def run_locked(run_dir: Path) -> bool:
+    """Whether a process holds ``run_dir``'s lock (is working on the run now)."""
+    path = run_dir / CHECKPOINT_DIR / LOCK_FILE
+    if not path.is_file():
+        return False
+    with path.open() as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
 
 
 class Checkpointer:

@@ -27,7 +27,6 @@ the runs execute one after the other in this process.
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
 import tomllib
@@ -193,14 +192,14 @@ def run_statuses(sweep: Sweep) -> pl.DataFrame:
     checkpoint or the end) and the latest evaluation's test mean and p90 error."""
     import torch  # a checkpoint's state; imported here, not by the CLI
 
-    from simfl.checkpoint import CHECKPOINT_DIR, STATE_FILE
+    from simfl.checkpoint import CHECKPOINT_DIR, STATE_FILE, run_locked
 
     rows = []
     for run in sweep.runs:
         total = load_scenario(sweep.scenario, run.overrides).server.num_rounds
         manifest = _manifest(run.run_dir)
         status = manifest.get("status", "not started")
-        if status == "running" and not _locked(run.run_dir / CHECKPOINT_DIR / "lock"):
+        if status == "running" and not run_locked(run.run_dir):
             status = "killed"
         rounds, wall_s = 0, manifest.get("wall_s")
         test = {"mean": float("nan"), "p90": float("nan")}
@@ -222,19 +221,6 @@ def run_statuses(sweep: Sweep) -> pl.DataFrame:
                                       "rounds": pl.Int64, "num_rounds": pl.Int64,
                                       "wall_s": pl.Float64, "test_mean": pl.Float64,
                                       "test_p90": pl.Float64})
-
-
-def _locked(path: Path) -> bool:
-    """Whether a process holds the lock file ``path`` (:func:`simfl.checkpoint.run_lock`)."""
-    if not path.is_file():
-        return False
-    with path.open() as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
 
 
 def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
