@@ -6,7 +6,9 @@
 Reads the manifest of every complete run of the sweep (its final evaluation's
 summary, wall time and device) and prints one markdown row per variant: mean
 ± std over the seeds present of the unseen test devices' mean and 90th-percentile
-error, the number of seeds, and the wall time per run. ``--errors`` also writes
+error, their sample-weighted mean (what the authors' code reports as the mean;
+its percentiles are unweighted, as ours), the number of seeds, and the wall
+time per run. ``--errors`` also writes
 the final per-device test errors of every run; ``--ecdf`` draws their ECDF, one line
 per variant (its lowest seed).
 """
@@ -36,29 +38,29 @@ def main() -> None:
             continue
         manifest = json.loads((run.run_dir / "manifest.json").read_text())
         test = manifest["summary"]["test"]
+        evals = pl.read_parquet(run.run_dir / "eval.parquet")
+        last = evals.filter((pl.col("split") == "test") & (pl.col("round") == evals["round"].max()))
+        weighted = float((last["error"] * last["num_samples"]).sum() / last["num_samples"].sum())
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
-                     "mean": test["mean"], "p90": test["p90"], "wall_s": manifest["wall_s"],
-                     "device": manifest.get("device", "")})
-        if args.errors or args.ecdf:
-            evals = pl.read_parquet(run.run_dir / "eval.parquet")
-            last = evals.filter((pl.col("split") == "test")
-                                & (pl.col("round") == evals["round"].max()))
-            errors.append(last.select("client_id", "error").with_columns(
-                variant=pl.lit(rows[-1]["variant"]), seed=pl.lit(run.params["seed"])))
+                     "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
+                     "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})
+        errors.append(last.select("client_id", "error").with_columns(
+            variant=pl.lit(rows[-1]["variant"]), seed=pl.lit(run.params["seed"])))
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
     print(f"{sweep.name}: {table.height} complete runs of {len(sweep.runs)}; "
           f"devices: {', '.join(sorted(set(table['device'])))}")
-    print("| rule | test mean error | test p90 error | seeds | wall time per run |")
-    print("|---|---|---|---|---|")
+    print("| rule | test mean error | test p90 error | sample-weighted mean | seeds "
+          "| wall time per run |")
+    print("|---|---|---|---|---|---|")
     order = list(dict.fromkeys(r.params.get("variant", "") for r in sweep.runs))
     for variant in order:
         part = table.filter(pl.col("variant") == variant)
         if part.height == 0:
             continue
-        mean, p90, wall = (part[c].to_numpy() for c in ("mean", "p90", "wall_s"))
-        print(f"| {variant} | {_pm(mean)} | {_pm(p90)} | {part.height} | "
+        mean, p90, wmean, wall = (part[c].to_numpy() for c in ("mean", "p90", "wmean", "wall_s"))
+        print(f"| {variant} | {_pm(mean)} | {_pm(p90)} | {_pm(wmean)} | {part.height} | "
               f"{wall.mean() / 60:.1f} min |")
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
