@@ -13,7 +13,7 @@ $(BIN)/simfl-installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,sweep,drfl]"
+	$(BIN)/pip install -q -e ".[dev,sweep,drfl,tff]"
 	touch $@
 
 run: $(BIN)/simfl-installed

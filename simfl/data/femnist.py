@@ -31,6 +31,8 @@ from simfl.scenario import DataConfig
 NUM_CLASSES = 62
 IMAGE_SHAPE = (28, 28)
 DEFAULT_RELATIVE_PATH = Path("femnist") / "femnist_writers.npz"
+MAKE_IT = ("To make it from LEAF's json or TFF's .h5: python -m simfl data femnist"
+           " --from-leaf DIR | --from-tff FILE.h5 ... --out PATH (README: Getting the data)")
 _CHUNK_ROWS = 4096  # images per step: temporaries (~40 MB) stay below malloc's mmap threshold
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
@@ -44,12 +46,12 @@ def resolve_path(path: str) -> Path:
     else:
         raise InputError(
             f"FEMNIST file not found: SIMFL_DATA_DIR is not set; set it to the folder holding"
-            f" {DEFAULT_RELATIVE_PATH} or set data.path to the .npz file"
+            f" {DEFAULT_RELATIVE_PATH} or set data.path to the .npz file. {MAKE_IT}"
         )
     if not resolved.is_file():
         raise InputError(
             f"{resolved}: FEMNIST file not found; set SIMFL_DATA_DIR (to the folder holding"
-            f" {DEFAULT_RELATIVE_PATH}) or data.path (to the .npz file)"
+            f" {DEFAULT_RELATIVE_PATH}) or data.path (to the .npz file). {MAKE_IT}"
         )
     return resolved
 
