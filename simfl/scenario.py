@@ -51,6 +51,11 @@ class SyntheticConfig:
     dim: int = _f(60, POSITIVE)
     num_classes: int = _f(10, (lambda v: v >= 2, "must be >= 2"))
     min_samples: int = _f(50, POSITIVE)  # per client; LEAF adds 50 to a lognormal draw
+    # A minority of clients with shifted data (simfl's extension, see simfl/data/synthetic.py):
+    # each client joins it with probability tail_share; its labels follow the shared model
+    # plus a second one of std tail_shift, so one global model cannot serve both groups.
+    tail_share: float = _f(0.0, (lambda v: 0 <= v < 1, "must be in [0, 1)"))
+    tail_shift: float = _f(0.0, NON_NEGATIVE)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,21 @@ that clients share structure and unseen test devices can be predicted. Samples p
 client are ``int(lognormal(4, 2)) + min_samples`` as
 in LEAF, capped at :data:`MAX_SAMPLES_PER_CLIENT` to keep runs and tests fast.
 
-Every draw of client k comes from ``streams.numpy("synthetic", k)``, so adding
-clients never changes the earlier ones. The clients are then split by writer
+With ``tail_share`` = p > 0 (also simfl's extension), the population has a real
+tail: each client joins a minority with probability p (a draw from
+``streams.numpy("synthetic_tail", k)``), and a minority client's labels come from
+the shared model plus a second one, T ~ N(0, tail_shift²) of shape (D, C) and
+t ~ N(0, tail_shift²) (C,), drawn once from ``streams.numpy("synthetic_tail_model")``:
+y = argmax(x (W_k + W_0 + T) + b_k + b_0 + t). Its features are drawn as everyone's;
+what shifts is the map from features to labels, so one linear model cannot serve
+both groups and an average over devices (FedAvg) serves the majority: the
+minority's errors form the upper tail of the per-device error distribution, the
+case a tail-robust rule (Δ-FL) is for. With p = 0 nothing is drawn from those
+streams and the data is LEAF's (plus the shared model) as before.
+
+Every draw of client k comes from ``streams.numpy("synthetic", k)`` (and its tail
+membership from ``streams.numpy("synthetic_tail", k)``), so adding clients never
+changes the earlier ones. The clients are then split by writer
 and standardised per feature with the training devices' statistics like any
 other dataset (:mod:`simfl.data.split`): ClientData promises standardised
 inputs, and an affine map of the features leaves a linear model's best
@@ -51,7 +64,16 @@ def generate(cfg: SyntheticConfig, streams: Streams) -> ClientData:
     shared = streams.numpy("synthetic_shared")
     shared_weights = shared.normal(0.0, cfg.shared_model, (cfg.dim, cfg.num_classes))
     shared_bias = shared.normal(0.0, cfg.shared_model, cfg.num_classes)
-    xs, ys = zip(*(_client(cfg, streams.numpy("synthetic", k), shared_weights, shared_bias)
+    in_tail = tail_members(cfg, streams)
+    tail_weights, tail_bias = shared_weights, shared_bias
+    if in_tail.any():
+        tail = streams.numpy("synthetic_tail_model")
+        tail_weights = shared_weights + tail.normal(0.0, cfg.tail_shift,
+                                                    (cfg.dim, cfg.num_classes))
+        tail_bias = shared_bias + tail.normal(0.0, cfg.tail_shift, cfg.num_classes)
+    models = [(tail_weights, tail_bias) if member else (shared_weights, shared_bias)
+              for member in in_tail]
+    xs, ys = zip(*(_client(cfg, streams.numpy("synthetic", k), *models[k])
                    for k in range(cfg.num_clients)), strict=True)
     counts = np.array([len(y) for y in ys], np.int64)
     return ClientData(
@@ -60,6 +82,15 @@ def generate(cfg: SyntheticConfig, streams: Streams) -> ClientData:
         offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         client_ids=np.array([f"synthetic_{k}" for k in range(cfg.num_clients)], dtype=str),
     )
+
+
+def tail_members(cfg: SyntheticConfig, streams: Streams) -> np.ndarray:
+    """(num_clients,) bool: which clients are in the shifted minority (none when
+    ``tail_share`` is 0)."""
+    if cfg.tail_share <= 0:
+        return np.zeros(cfg.num_clients, bool)
+    return np.array([streams.numpy("synthetic_tail", k).random() < cfg.tail_share
+                     for k in range(cfg.num_clients)], bool)
 
 
 def _client(cfg: SyntheticConfig, rng: np.random.Generator, shared_weights: np.ndarray,

@@ -8,7 +8,7 @@ import numpy as np
 
 from simfl.data import load_data
 from simfl.data.packed import FederatedData
-from simfl.data.synthetic import MAX_SAMPLES_PER_CLIENT, generate
+from simfl.data.synthetic import MAX_SAMPLES_PER_CLIENT, generate, tail_members
 from simfl.rng import Streams
 from simfl.scenario import DataConfig, SyntheticConfig
 
@@ -90,3 +90,39 @@ def test_a_large_shared_model_decides_the_labels() -> None:
     leaf = generate(SyntheticConfig(num_clients=20), Streams(0))
     assert (np.argmax(leaf.x.double().numpy() @ weights + bias, axis=1)
             == leaf.y.numpy()).mean() < 0.5
+
+
+def test_without_a_tail_the_data_is_unchanged() -> None:
+    """tail_share = 0 draws nothing more: tail_shift alone changes no sample."""
+    base = generate(SyntheticConfig(num_clients=15, shared_model=3.0), Streams(2))
+    same = generate(SyntheticConfig(num_clients=15, shared_model=3.0, tail_shift=5.0), Streams(2))
+    assert (base.x == same.x).all() and (base.y == same.y).all()
+    assert not tail_members(SyntheticConfig(num_clients=15), Streams(2)).any()
+
+
+def test_tail_clients_follow_a_shifted_model_and_the_rest_are_unchanged() -> None:
+    """Minority labels are argmax(x (W_0 + T) + b_0 + t); everyone's features and the
+    majority's labels are those of the population without a tail."""
+    plain = SyntheticConfig(num_clients=60, alpha=0.0, beta=0.0, shared_model=100.0)
+    cfg = SyntheticConfig(num_clients=60, alpha=0.0, beta=0.0, shared_model=100.0,
+                          tail_share=0.25, tail_shift=100.0)
+    base, tailed = generate(plain, Streams(0)), generate(cfg, Streams(0))
+    members = tail_members(cfg, Streams(0))
+    assert 8 <= members.sum() <= 22  # Binomial(60, 0.25): 15 expected
+    assert (base.offsets == tailed.offsets).all() and (base.x == tailed.x).all()
+    rows = np.repeat(members, np.diff(tailed.offsets))
+    assert (base.y[~rows] == tailed.y[~rows]).all()
+    shared = Streams(0).numpy("synthetic_shared")
+    weights, bias = shared.normal(0.0, 100.0, (cfg.dim, 10)), shared.normal(0.0, 100.0, 10)
+    tail = Streams(0).numpy("synthetic_tail_model")
+    tail_weights = weights + tail.normal(0.0, 100.0, (cfg.dim, 10))
+    tail_bias = bias + tail.normal(0.0, 100.0, 10)
+    x, y = tailed.x.double().numpy()[rows], tailed.y.numpy()[rows]
+    assert (np.argmax(x @ tail_weights + tail_bias, axis=1) == y).mean() > 0.95
+    assert (np.argmax(x @ weights + bias, axis=1) == y).mean() < 0.5
+
+
+def test_tail_membership_is_per_client() -> None:
+    few = tail_members(SyntheticConfig(num_clients=30, tail_share=0.3), Streams(1))
+    many = tail_members(SyntheticConfig(num_clients=80, tail_share=0.3), Streams(1))
+    assert (many[:30] == few).all() and 0 < many.sum() < 80
