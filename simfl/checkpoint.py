@@ -52,7 +52,7 @@ import torch
 
 from simfl.aggregate import Selection
 from simfl.data.packed import ClientData
-from simfl.errors import InputError
+from simfl.errors import InputError, RunFailed
 from simfl.records import Committed, Recorder, write_atomically
 from simfl.sim.server import RoundHook
 from simfl.train.evaluate import CohortEval
@@ -63,6 +63,9 @@ STATE_FILE = "state.pt"
 LOCK_FILE = "lock"
 FORMAT = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# After a stop signal, how long the round in progress may take to end at a boundary (and
+# write a checkpoint there) before the run stops from its last checkpoint instead.
+STOP_GRACE_S = 0.8
 
 # How a replaying learner treats each member of the server's LearnerLike protocol
 # (a test checks that every member is listed).
@@ -78,20 +81,25 @@ Entry = tuple[str, Any]  # (learner method, its answer)
 T = TypeVar("T")
 
 
-class ReplayError(RuntimeError):
+class ReplayError(RunFailed):
     """A resumed run did not retrace its first pass (code or environment changed)."""
 
 
 class RunInterrupted(Exception):
     """SIGTERM or SIGINT: the run wrote a checkpoint at a round boundary and stopped."""
 
-    def __init__(self, signum: int, rounds_done: int) -> None:
-        super().__init__(signum, rounds_done)  # SimPy rebuilds a process's exception from args
-        self.signum, self.rounds_done = signum, rounds_done
+    def __init__(self, signum: int, rounds_done: int, mid_round: bool = False) -> None:
+        # SimPy rebuilds a process's exception from its args
+        super().__init__(signum, rounds_done, mid_round)
+        self.signum, self.rounds_done, self.mid_round = signum, rounds_done, mid_round
 
     def __str__(self) -> str:
-        return (f"{signal.Signals(self.signum).name}: stopped with a checkpoint after round "
-                f"{self.rounds_done}")
+        name = signal.Signals(self.signum).name
+        if not self.mid_round:
+            return f"{name}: stopped with a checkpoint after round {self.rounds_done}"
+        if self.rounds_done == 0:
+            return f"{name}: stopped mid-round, before its first checkpoint"
+        return f"{name}: stopped mid-round; its last checkpoint is after round {self.rounds_done}"
 
 
 @dataclass
@@ -270,6 +278,7 @@ class Checkpointer:
         self.learner, self.recorder, self.resume = learner, recorder, resume
         self.wall_s = wall_s  # the run's wall-clock seconds so far
         self.num_segments = 0 if resume is None else resume.num_segments
+        self.last_round = 0 if resume is None else resume.rounds_done  # of the last checkpoint
         self.stop_signal: int | None = None
         if resume is not None:
             journal = learner.journal
@@ -294,6 +303,7 @@ class Checkpointer:
                 raise RunInterrupted(self.stop_signal, self.resume.rounds_done)
             return
         if self.stop_signal is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # a boundary in time: no hard stop
             self.write(rounds_done, t_s)
             raise RunInterrupted(self.stop_signal, rounds_done)
         if self.every and rounds_done % self.every == 0 and rounds_done < self.num_rounds:
@@ -314,6 +324,7 @@ class Checkpointer:
                  "journal_segments": self.num_segments + 1, "last_eval": journal.last_eval}
         write_atomically(self.dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
         self.num_segments += 1
+        self.last_round = rounds_done
         journal.recorded = []
 
     def discard(self) -> None:
@@ -322,8 +333,10 @@ class Checkpointer:
 
     @contextmanager
     def on_signals(self) -> Iterator[None]:
-        """Inside, the first SIGTERM/SIGINT lets the round finish, writes a checkpoint and
-        stops the run (:class:`RunInterrupted`); a second one stops it at once
+        """Inside, the first SIGTERM/SIGINT stops the run (:class:`RunInterrupted`) within
+        a second: at the end of the round in progress, with a checkpoint there, if it ends
+        within ``STOP_GRACE_S``; else where it is, from the last checkpoint (a long round,
+        or a server waiting for devices). A second signal stops it at once
         (KeyboardInterrupt). Only the main thread takes signals: elsewhere, no change."""
         if threading.current_thread() is not threading.main_thread():
             yield
@@ -333,11 +346,18 @@ class Checkpointer:
             if self.stop_signal is not None:
                 raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
             self.stop_signal = signum
+            signal.setitimer(signal.ITIMER_REAL, STOP_GRACE_S)
+
+        def hard_stop(signum: int, frame: FrameType | None) -> None:
+            assert self.stop_signal is not None
+            raise RunInterrupted(self.stop_signal, self.last_round, mid_round=True)
 
         previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
+        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, hard_stop)
         try:
             yield
         finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
             for s, handler in previous.items():
                 signal.signal(s, handler)
 

@@ -1,18 +1,17 @@
-"""Command line: argument parsing only; the work is in run.py and plots.py.
+"""Command line: argument parsing only; the work is in run.py, plots.py, sweep.py, ...
 
     python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] [--overwrite] [--quiet]
-    python -m simfl resume RUN_DIR [--quiet]
-    python -m simfl plot RUN_DIR [RUN_DIR ...] [--compare OUT.png]
-    python -m simfl trace SCENARIO.toml --out TRACE.parquet|.csv [--set KEY=VALUE ...]
-    python -m simfl sweep SWEEP.toml [--backend auto|ray|sequential] [--shard I/N] [--quiet]
-    python -m simfl sweep SWEEP.toml --status
-    python -m simfl collect SWEEP.toml
-    python -m simfl drfl [STUDY.toml] [--out DIR]
+    python -m simfl COMMAND ...   (python -m simfl --help lists the commands)
+
+Exit status: 0 done; 1 a run failed during its work (its manifest says why; it keeps
+its last checkpoint); 2 bad input, found before any work and before anything is
+written; 128 + N stopped by signal N (resumable).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from collections.abc import Callable
@@ -20,10 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from simfl.errors import InputError
+from simfl.errors import InputError, RunFailed
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
-
 
 def _run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m simfl", description="Run a scenario.")
@@ -53,6 +51,8 @@ def _plot_parser() -> argparse.ArgumentParser:
                         help="also overlay the runs' tail error vs communication in this PNG")
     parser.add_argument("--compare-time", type=Path, metavar="PNG",
                         help="also overlay the runs' tail error vs simulated time (sync vs async)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace existing --compare / --compare-time files")
     parser.add_argument("--level", type=float, metavar="P90",
                         help="print when each run first reaches this 90th-percentile test error "
                              "(simulated time, round, bytes)")
@@ -65,6 +65,7 @@ def _trace_parser() -> argparse.ArgumentParser:
         description="Write a scenario's device availability (online intervals) as a trace.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key")
     return parser
@@ -110,23 +111,61 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+COMMANDS = {  # name: one line of help
+    "run": "run a scenario (the default: python -m simfl SCENARIO.toml)",
+    "resume": "continue a killed, interrupted or failed run from its last checkpoint",
+    "plot": "figures from runs' Parquet tables; --compare overlays several runs",
+    "trace": "write a scenario's device availability as a trace file",
+    "sweep": "run every scenario of a sweep (Ray tasks, or in turn); --status",
+    "collect": "gather a sweep's finished runs into one table per kind, with figures",
+    "drfl": "DRFL's breast-cancer noise study (needs the drfl extra)",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] "
+             "[--overwrite] [--quiet]",
+             "       python -m simfl COMMAND [ARGS]   (python -m simfl COMMAND --help)", "",
+             "commands:"]
+    lines += [f"  {name:<9} {text}" for name, text in COMMANDS.items()]
+    lines += ["", "exit status: 0 done, 1 a run failed (see its manifest), 2 bad input "
+              "(nothing written), 128+N stopped by signal N (resume it)"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv and argv[0] == "plot":
-            return _plot(_plot_parser().parse_args(argv[1:]))
-        if argv and argv[0] == "trace":
-            return _trace(_trace_parser().parse_args(argv[1:]))
-        if argv and argv[0] == "resume":
-            return _resume(_resume_parser().parse_args(argv[1:]))
-        if argv and argv[0] == "drfl":
-            return _drfl(_drfl_parser().parse_args(argv[1:]))
-        if argv and argv[0] in ("sweep", "collect"):
-            return _sweep(argv[0], _sweep_parser(argv[0]).parse_args(argv[1:]))
+        if not argv or argv[0] in ("-h", "--help"):
+            print(_usage())
+            return 0 if argv else 2
+        command, rest = argv[0], argv[1:]
+        if command == "plot":
+            return _plot(_plot_parser().parse_args(rest))
+        if command == "trace":
+            return _trace(_trace_parser().parse_args(rest))
+        if command == "resume":
+            return _resume(_resume_parser().parse_args(rest))
+        if command == "drfl":
+            return _drfl(_drfl_parser().parse_args(rest))
+        if command in ("sweep", "collect"):
+            return _sweep(command, _sweep_parser(command).parse_args(rest))
+        if command == "run":
+            argv = rest
+        elif not command.startswith("-") and not _looks_like_scenario(command):
+            near = difflib.get_close_matches(command, COMMANDS, n=1)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise InputError(f"unknown command or scenario file '{command}'{hint}; "
+                             f"python -m simfl --help lists the commands")
         return _run(_run_parser().parse_args(argv))
     except InputError as e:
         print(f"simfl: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
+
+
+def _looks_like_scenario(arg: str) -> bool:
+    """A scenario file: it exists, or its name says so (a missing one gets its own error)."""
+    return arg.endswith(".toml") or Path(arg).exists()
 
 
 def _one_line(text: str) -> str:
@@ -153,8 +192,7 @@ def _resume(args: argparse.Namespace) -> int:
 def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
     """Do ``work`` (a run); one line says how it ended: 0 complete, 1 failed, 128 + signal
     stopped. A run that fails or is stopped keeps its last checkpoint."""
-    from simfl.checkpoint import ReplayError, RunInterrupted
-    from simfl.train.learner import NonFiniteModelError
+    from simfl.checkpoint import RunInterrupted
 
     resume = f"continue with: python -m simfl resume {run_dir}"
     try:
@@ -166,8 +204,8 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
         print(f"simfl: {run_dir}: interrupted; {resume} (from its last checkpoint)",
               file=sys.stderr)
         return 130
-    except (NonFiniteModelError, ReplayError) as e:
-        print(f"simfl: {run_dir}: run failed: {e}", file=sys.stderr)
+    except RunFailed as e:
+        print(f"simfl: {run_dir}: run failed: {_one_line(str(e))}", file=sys.stderr)
         return 1
     test = manifest["summary"]["test"]
     print(f"{run_dir}: test error mean {test['mean']:.4f}, p90 {test['p90']:.4f} "
@@ -179,6 +217,9 @@ def _plot(args: argparse.Namespace) -> int:
     from simfl.bias_plots import plot_run_bias
     from simfl.plots import compare_runs, compare_runs_vs_time, plot_run, reach_level
 
+    for out in (args.compare, args.compare_time):
+        if out is not None:
+            check_output_file(out, args.overwrite)
     for run_dir in args.run_dirs:
         for path in [*plot_run(run_dir), *plot_run_bias(run_dir)]:
             print(path)
@@ -201,9 +242,21 @@ def _trace(args: argparse.Namespace) -> int:
 
     if args.out.suffix not in (".parquet", ".csv"):
         raise InputError(f"{args.out}: a trace file must end in .parquet or .csv")
+    check_output_file(args.out, args.overwrite)
     num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
     print(f"{args.out}: {num_intervals} online intervals")
     return 0
+
+
+def check_output_file(path: Path, overwrite: bool) -> None:
+    """InputError unless ``path`` can be written: a new file in an existing directory, or
+    an existing file that ``overwrite`` allows to replace (never a directory)."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not an output file")
+    if path.exists() and not overwrite:
+        raise InputError(f"{path}: exists (use --overwrite to replace it)")
+    if not path.parent.is_dir():
+        raise InputError(f"{path}: directory {path.parent} does not exist")
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
@@ -218,9 +271,19 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             print(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}")
         return 0
     if command == "sweep":
+        from simfl.checkpoint import RunInterrupted
+
         i, n = args.shard
-        statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend,
-                             progress=not args.quiet)
+        again = f"continue with: python -m simfl sweep {args.sweep}"
+        try:
+            statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend,
+                                 progress=not args.quiet)
+        except RunInterrupted as e:
+            print(f"simfl: sweep {sweep.name}: {e}; {again}", file=sys.stderr)
+            return 128 + e.signum
+        except KeyboardInterrupt:
+            print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
+            return 130
         return 0 if all(s == "complete" for s in statuses.values()) else 1
     from simfl.bias_plots import plot_sweep
 

@@ -1,9 +1,16 @@
-"""The one exception type for bad input (scenario, data files, run directory).
+"""The two exception types the command line turns into a one-line message.
 
-The command line turns it into a one-line message and exit status 2, before any
-work is done and before anything is written.
+:class:`InputError`: bad input (scenario, data files, run directory, output paths),
+found before any work is done and before anything is written: exit status 2.
+:class:`RunFailed`: a run that started could not go on (the model diverged, the run
+stopped learning, simulated time outran the availability): the run's manifest says
+``failed`` with the reason, its last checkpoint stays, exit status 1.
 """
 
 
 class InputError(Exception):
     """Bad user input; the message names the key or file and the problem."""
+
+
+class RunFailed(RuntimeError):
+    """A run failed during its work; the message says why and which key to look at."""

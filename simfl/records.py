@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from simfl.errors import InputError
 
 PARTS_DIR = "parts"
+PLOTS_DIR = "plots"  # a run's figures (simfl.plots)
 ROW_GROUP_ROWS = 1 << 17  # rows per row group of a merged table
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -192,7 +193,12 @@ def _restore_parts(path: Path, parts_dir: Path, committed: Committed) -> None:
         tmp.unlink()
     kept = _part_files(parts_dir)
     expected = [part_path(parts_dir, i) for i in range(committed.num_parts)]
-    num_rows = sum(pq.read_metadata(p).num_rows for p in kept) if kept == expected else -1
+    num_rows = -1
+    if kept == expected:
+        try:
+            num_rows = sum(pq.read_metadata(p).num_rows for p in kept)
+        except (OSError, pa.ArrowException) as e:
+            raise InputError(f"{parts_dir}: a part file is unreadable ({e})") from None
     if num_rows != committed.num_rows:
         raise InputError(f"{parts_dir}: the part files do not hold the {committed.num_parts} "
                          f"parts and {committed.num_rows} rows that the checkpoint committed")

@@ -20,6 +20,8 @@ from tqdm import tqdm
 
 from simfl.aggregate import make_aggregator
 from simfl.checkpoint import (
+    CHECKPOINT_DIR,
+    LOCK_FILE,
     Checkpoint,
     Checkpointer,
     JournaledLearner,
@@ -42,33 +44,85 @@ from simfl.population import (
     network_paths,
 )
 from simfl.quantile.panel import EstimatorPanel
-from simfl.records import Recorder, write_atomically
+from simfl.records import PARTS_DIR, PLOTS_DIR, SCHEMAS, Recorder, write_atomically
 from simfl.rng import Streams
 from simfl.scenario import Scenario, from_dict, to_dict
 from simfl.sim.async_server import async_server
+from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, ServerState, sync_server
+from simfl.sim.server import Fleet, sync_server
 from simfl.train import build_model, initial_params
 from simfl.train.learner import Learner
 
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
 
 
+# What a run directory holds, all written by simfl (a ".tmp" beside a file is its
+# unfinished atomic write): only these are ever deleted, by --overwrite.
+RUN_FILES = frozenset({"manifest.json", "availability_intervals.parquet",
+                       *(f"{table}.parquet" for table in SCHEMAS)})
+RUN_DIRS = frozenset({CHECKPOINT_DIR, PARTS_DIR, PLOTS_DIR})
+
+
 def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
-    """Refuse to clobber an existing run unless asked; called before any work."""
-    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+    """Check that ``run_dir`` may receive a new run, before any work: it is absent or
+    empty, or (``overwrite``) it is a simfl run holding nothing simfl did not write.
+    InputError otherwise; a run that a live process works on is refused by its lock."""
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: exists and is not a directory")
+    entries = [e for e in sorted(run_dir.iterdir()) if not _only_lock(e)]
+    if not entries:
+        return
+    if not overwrite:
         raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
+    if not (run_dir / "manifest.json").is_file():
+        raise InputError(f"{run_dir}: not a simfl run (no manifest.json); --overwrite only "
+                         f"replaces a run and deletes nothing else")
+    read_manifest(run_dir)
+    for entry in entries:
+        name = entry.name.removesuffix(".tmp")
+        ours = (name in RUN_FILES and entry.is_file()) or (name in RUN_DIRS and entry.is_dir())
+        if ours and name == PLOTS_DIR:
+            ours = all(p.suffix == ".png" and p.is_file() for p in entry.iterdir())
+        if not ours:
+            raise InputError(f"{run_dir}: holds {entry.name!r}, which simfl did not write; "
+                             f"--overwrite would delete it (move it, or choose another --out)")
+
+
+def _only_lock(entry: Path) -> bool:
+    """Whether ``entry`` is a checkpoint folder holding a run lock and nothing else."""
+    return (entry.name == CHECKPOINT_DIR and entry.is_dir()
+            and [p.name for p in entry.iterdir()] == [LOCK_FILE])
+
+
+def _clear_run_dir(run_dir: Path) -> None:
+    """Delete the run in ``run_dir`` (checked by prepare_run_dir), but the lock we hold."""
+    for entry in run_dir.iterdir():
+        if entry.name == CHECKPOINT_DIR:
+            for inner in entry.iterdir():
+                if inner.name != LOCK_FILE:
+                    shutil.rmtree(inner) if inner.is_dir() else inner.unlink()
+        elif entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
                  progress: bool = True) -> dict[str, Any]:
-    """Run ``scenario`` and write its tables and manifest into ``run_dir``; return the manifest."""
+    """Run ``scenario`` and write its tables and manifest into ``run_dir``; return the
+    manifest. Bad input (scenario against data, output directory) stops before any output."""
     prepare_run_dir(run_dir, overwrite)
-    built = _build(scenario)  # bad data files stop here, before any output
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
+    built = _build(scenario)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{run_dir}: cannot create the run directory ({e.strerror})") from None
     with run_lock(run_dir):
+        prepare_run_dir(run_dir, overwrite)  # again, now that no other process can start
+        _clear_run_dir(run_dir)
         return _execute(scenario, built, run_dir, _manifest(scenario, built.device), None,
                         progress)
 
@@ -117,15 +171,34 @@ class _Built:
 
 
 def _build(scenario: Scenario) -> _Built:
+    """Everything a run needs, from the scenario; InputError before any output if the
+    scenario cannot run on its data (see :func:`check_feasible`)."""
     streams = Streams(scenario.seed)
     device = _device(scenario.train.device)
     data = load_data(scenario.data, streams).to(device)
+    check_feasible(scenario, data)
     dtype = getattr(torch, scenario.train.dtype)
     model = build_model(scenario.model.name, data.input_shape, data.num_classes).to(device)
     params = initial_params(model, streams.seed("init"), dtype).to(device)
     learner = JournaledLearner(model, params, data, make_aggregator(scenario.aggregator),
                                scenario.train, scenario.model.l2, scenario.eval, streams)
     return _Built(streams, device, learner, build_population(scenario, data, streams))
+
+
+def check_feasible(scenario: Scenario, data: FederatedData) -> None:
+    """InputError for a scenario that can never make progress on its population."""
+    n, server = data.train.num_clients, scenario.server
+    if server.mode == "sync" and server.min_online > n:
+        raise InputError(f"'server.min_online' = {server.min_online} is more than the {n} "
+                         f"training devices: no round could ever start")
+    if server.mode == "async":
+        for key in ("concurrency", "buffer_size"):
+            if getattr(server, key) > n:
+                raise InputError(f"'server.{key}' = {getattr(server, key)} is more than the {n} "
+                                 f"training devices (a device runs one task per model version)")
+    if scenario.model.name == "convnet" and len(data.input_shape) < 2:
+        raise InputError(f"'model.name' = 'convnet' needs image data; "
+                         f"'data.dataset' = {scenario.data.dataset!r} gives vectors")
 
 
 def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[str, Any],
@@ -145,21 +218,25 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
                                checkpoint)
     manifest["status"] = "running"
     _write_manifest(run_dir, manifest)
+    health = Health(scenario.run.idle_window, scenario.run.idle_share)
     try:
         with checkpoints.on_signals():
             summary, end_s = _simulate(scenario, built.learner, built.population, recorder,
-                                       built.streams, progress, checkpoints)
+                                       built.streams, progress, checkpoints, health)
+            health.check_end()
         _record_availability(built.population, recorder, run_dir, scenario, end_s)
         recorder.close()
     except BaseException as e:
         recorder.flush()  # rows so far stay readable in parts/; the last checkpoint stays
         interrupted = isinstance(e, RunInterrupted | KeyboardInterrupt)
         manifest.update(status="interrupted" if interrupted else "failed",
-                        reason=f"{type(e).__name__}: {e}", wall_s=wall_s())
+                        reason=f"{type(e).__name__}: {e}", wall_s=wall_s(),
+                        health=health.summary())
         _write_manifest(run_dir, manifest)
         raise
     checkpoints.discard()
-    manifest.update(status="complete", wall_s=wall_s(), summary=summary)
+    manifest.update(status="complete", wall_s=wall_s(), summary=summary,
+                    health=health.summary())
     _write_manifest(run_dir, manifest)
     return manifest
 
@@ -204,8 +281,8 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
 
 
 def _simulate(scenario: Scenario, learner: Learner, population: Population, recorder: Recorder,
-              streams: Streams, progress: bool,
-              checkpoints: Checkpointer) -> tuple[dict[str, dict[str, float]], float]:
+              streams: Streams, progress: bool, checkpoints: Checkpointer,
+              health: Health) -> tuple[dict[str, dict[str, float]], float]:
     """Run the rounds; return the last evaluation's mean and p90 error per split, and
     the simulated time at the end."""
     env = simpy.Environment()
@@ -220,10 +297,11 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
                             split=split, num_samples=result.num_samples, loss=result.losses,
                             error=result.errors)
             summary[split] = error_summary(result.errors)
-        test = summary["test"]
-        bar.set_postfix(test_mean=f"{test['mean']:.3f}", test_p90=f"{test['p90']:.3f}")
 
     def after_round(rounds_done: int, t_s: float) -> None:
+        test = summary["test"]
+        bar.set_postfix(aggregated=health.last_aggregated, test_mean=f"{test['mean']:.3f}",
+                        test_p90=f"{test['p90']:.3f}", refresh=False)
         bar.update(1)
         if rounds_done % scenario.eval.every == 0 or rounds_done == num_rounds:
             evaluate(rounds_done, t_s)
@@ -234,13 +312,12 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
         learner.use_estimators(panel, scenario.estimator.bias_every,
                                lambda **columns: recorder.append("bias", **columns))
     evaluate(0, 0.0)
-    state = ServerState()
     devices = population.devices
     fleet = Fleet(population.availability, devices.train_s_per_sample,
                   devices.failure_rate_per_h, scenario.train.local_epochs)
     server = async_server if scenario.server.mode == "async" else sync_server
     env.process(server(env, scenario.server, fleet, LinkSharing(env, population.paths),
-                       learner, recorder, streams, state, checkpoints.wrap(after_round)))
+                       learner, recorder, streams, health, checkpoints.wrap(after_round)))
     env.run()
     bar.close()
     return summary, env.now

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 import types
 import typing
@@ -36,6 +37,12 @@ POSITIVE: Check = (lambda v: v > 0, "must be > 0")
 NON_NEGATIVE: Check = (lambda v: v >= 0, "must be >= 0")
 FRACTION_OPEN: Check = (lambda v: 0 < v < 1, "must be in (0, 1)")
 THETA: Check = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+
+
+def is_plain_name(text: str) -> bool:
+    """A scenario name: empty (the file's stem) or one safe path component."""
+    return text == "" or (re.fullmatch(r"[\w.=,+-]+", text) is not None
+                          and text not in (".", ".."))
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,8 @@ class ServerConfig:
     over_selection: float = _f(0.0, NON_NEGATIVE)
     min_online: int = _f(1, POSITIVE)  # wait until at least this many devices are online
     wait_poll_s: float = _f(60.0, POSITIVE)  # how often to look again while waiting
+    # Fail the run (RunStalled) after waiting this long for enough idle online devices.
+    max_wait_s: float = _f(86400.0, POSITIVE)
     deadline_s: float = _f(0.0, NON_NEGATIVE)  # round deadline from its start (0 = none)
     round_interval_s: float = _f(0.0, NON_NEGATIVE)  # rounds start at most this often
     # "async": buffered asynchronous aggregation (FedBuff, Nguyen et al., AISTATS 2022;
@@ -280,11 +289,18 @@ class RunConfig:
     # Rounds between checkpoints (0 = only when stopped by SIGTERM/SIGINT); a killed run
     # resumes from its last one (python -m simfl resume RUN_DIR) and loses at most these.
     checkpoint_every: int = _f(20, NON_NEGATIVE)
+    # The run fails (status "failed", exit 1) once idle_share of the last idle_window rounds
+    # aggregated no update or had a non-finite threshold (0 = never; simfl/sim/health.py).
+    idle_window: int = _f(10, NON_NEGATIVE)
+    idle_share: float = _f(1.0, (lambda v: 0 < v <= 1, "must be in (0, 1]"))
 
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str = ""  # defaults to the file's stem; names the results folder
+    # Defaults to the file's stem; names the results folder (results/<name>), so a name
+    # is one path component: no separators, not '.' or '..'.
+    name: str = _f("", (lambda v: is_plain_name(v), "must be a plain name (letters, digits, "
+                        "'.', '_', '-', '=', ','; no path separators, not '.' or '..')"))
     seed: int = _f(0, NON_NEGATIVE)
     data: DataConfig = _f(DataConfig)
     model: ModelConfig = _f(ModelConfig)
@@ -318,6 +334,8 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
         _apply_override(table, override, str(path))
     scenario = from_dict(table, source=str(path))
     if not scenario.name:
+        if not is_plain_name(path.stem):
+            raise InputError(f"{path}: the file name is no plain run name; set 'name'")
         scenario = dataclasses.replace(scenario, name=path.stem)
     return scenario
 

@@ -37,10 +37,10 @@ from typing import Any
 
 import polars as pl
 
-from simfl.errors import InputError
+from simfl.errors import InputError, RunFailed
 from simfl.metrics import error_summary
 from simfl.records import read_table
-from simfl.scenario import Scenario, load_scenario, to_dict
+from simfl.scenario import Scenario, is_plain_name, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray"}
 RAY_KEYS = {"address", "num_cpus", "num_gpus"}
@@ -121,6 +121,15 @@ def load_sweep(path: str | Path, results_dir: Path = Path("results")) -> Sweep:
     for key in ray_cfg.keys() - RAY_KEYS:
         raise InputError(f"{source}: unknown key 'ray.{key}' (expected one of {sorted(RAY_KEYS)})")
     name = str(raw.get("name", path.stem))
+    if not is_plain_name(name):
+        raise InputError(f"{source}: 'name' = {name!r} must be a plain name (it names the "
+                         f"folder results/<name>; no path separators, not '.' or '..')")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"{source}: 'seeds' = {seeds} repeats a seed")
+    for key, values in grid.items():
+        if key == "seed" or len({_toml_value(v) for v in values}) != len(values):
+            raise InputError(f"{source}: grid key '{key}' repeats a value or is the seed "
+                             f"(use 'seeds')")
     runs = _expand(name, common, grid, variants, seeds, results_dir)
     for run in runs:  # bad overrides stop the sweep before any run starts
         load_scenario(scenario, run.overrides)
@@ -248,8 +257,11 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
     for i, run in enumerate(pending):
         if progress:
             report(f"[{i + 1}/{len(pending)}] {run.run_id}: running")
-        statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
-                                        sweep.num_threads, progress)
+        try:
+            statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
+                                            sweep.num_threads, progress)
+        except RunFailed as e:  # the run's manifest says why; the sweep goes on
+            statuses[run.run_id] = f"failed: {e}"
         report(f"[{i + 1}/{len(pending)}] {run.run_id}: {statuses[run.run_id]}")
     return statuses
 
@@ -287,6 +299,9 @@ def collect(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str,
     with the run id and the sweep's axes as extra columns; returns rows per table."""
     rows = {}
     done = [r for r in sweep.runs if is_complete(r.run_dir)]
+    if not done:
+        raise InputError(f"{sweep.out_dir}: no run of sweep '{sweep.name}' is complete yet "
+                         f"(python -m simfl sweep --status shows where they stand)")
     for table in tables:
         frames = [pl.read_parquet(r.run_dir / f"{table}.parquet").with_columns(
                       pl.lit(r.run_id).alias("run_id"),

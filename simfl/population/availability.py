@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simfl.errors import InputError
+from simfl.errors import InputError, RunFailed
 from simfl.population.devices import DeviceTable
 from simfl.population.diurnal import diurnal_intervals
 from simfl.population.trace import read_trace, write_trace
@@ -25,6 +25,13 @@ from simfl.rng import Streams
 from simfl.scenario import AvailabilityConfig
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+# The diurnal precomputation holds ~48 bytes per online interval at its peak: refuse a
+# configuration that needs more than this many intervals (~5 GB) before drawing any.
+MAX_INTERVALS = 100_000_000
+
+
+class PastHorizon(RunFailed):
+    """The run's simulated time went past the precomputed availability."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,9 @@ class Availability:
 
     def _check_time(self, t_s: np.ndarray | float) -> None:
         if np.max(t_s) > self.horizon_s:
-            raise ValueError(f"time {np.max(t_s)} s is past the availability horizon "
-                             f"{self.horizon_s} s (population.availability.horizon_s)")
+            raise PastHorizon(f"simulated time {np.max(t_s):.0f} s is past the availability "
+                              f"horizon {self.horizon_s:.0f} s: raise "
+                              f"population.availability.horizon_s")
 
     def _locate(self, device_idx: np.ndarray, t_s: np.ndarray) -> np.ndarray:
         """Row of the last interval of each device starting at or before t (-1 if none)."""
@@ -219,7 +227,29 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
                              "population.availability.trace_path")
         return from_intervals(*read_trace(cfg.trace_path, devices.num_devices),
                               devices.region_idx, num_regions)
+    check_diurnal_work(cfg, devices.num_devices)
     intervals = diurnal_intervals(devices.utc_offset_s, cfg.online_prob_by_hour,
                                   cfg.session_mean_s, cfg.horizon_s,
                                   streams.numpy("availability"))
-    return from_csr(*intervals, devices.region_idx, num_regions, cfg.horizon_s)
+    availability = from_csr(*intervals, devices.region_idx, num_regions, cfg.horizon_s)
+    if availability.t_on_s.size == 0:
+        raise InputError("population.availability: no device is ever online before "
+                         f"horizon_s = {cfg.horizon_s:.0f} s (online_prob_by_hour too low "
+                         f"for {devices.num_devices} devices)")
+    return availability
+
+
+def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int) -> None:
+    """InputError if the diurnal model would draw more than MAX_INTERVALS intervals.
+
+    A device is online a share p̄ (the profile's mean) of the horizon, in sessions no
+    longer than ``session_mean_s`` on average (the off-hazard is at least its
+    reciprocal), so it has at least ``horizon_s p̄ / session_mean_s`` of them."""
+    mean_p = float(np.mean(cfg.online_prob_by_hour))
+    at_least = num_devices * cfg.horizon_s * mean_p / cfg.session_mean_s
+    if at_least > MAX_INTERVALS:
+        raise InputError(
+            f"population.availability: session_mean_s = {cfg.session_mean_s!r} s over "
+            f"horizon_s = {cfg.horizon_s:.0f} s gives {num_devices} devices at least "
+            f"{at_least:.3g} online sessions to precompute (limit {MAX_INTERVALS:.0e}): "
+            f"raise session_mean_s or shorten horizon_s")

@@ -45,13 +45,14 @@ from simfl.population.network import Direction
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
+from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import (
     EVAL_COST_FRACTION,
     Fleet,
     LearnerLike,
     RoundHook,
-    ServerState,
+    check_wait,
     leave_times,
 )
 
@@ -115,10 +116,10 @@ class _AsyncServer:
 
     def __init__(self, env: simpy.Environment, cfg: ServerConfig, fleet: Fleet,
                  net: LinkSharing, learner: AsyncLearnerLike, recorder: Recorder,
-                 streams: Streams, state: ServerState, after_round: RoundHook) -> None:
+                 streams: Streams, health: Health, after_round: RoundHook) -> None:
         self.env, self.cfg, self.fleet, self.net = env, cfg, fleet, net
         self.learner, self.recorder, self.streams = learner, recorder, streams
-        self.state, self.after_round = state, after_round
+        self.health, self.after_round = health, after_round
         self.concurrency = cfg.concurrency or cfg.clients_per_round
         self.buffer_size = cfg.buffer_size or cfg.clients_per_round
         n = fleet.availability.num_devices
@@ -138,6 +139,7 @@ class _AsyncServer:
         self.num_dispatched = 0  # since the last server update
         self.num_draws = 0  # device draws at this version
         self.t_update_s = 0.0
+        self.t_idle_s = 0.0  # since when no task has been in flight
         self.refill_due = self.poll_due = False
         self.finished = env.event()
 
@@ -163,6 +165,9 @@ class _AsyncServer:
             now, free, self.streams.numpy("selection", *key), self.busy | self.started,
             self.learner.selection_weights()))
         gone_at = leave_times(self.fleet, devices, now, self.streams.numpy("failure", *key))
+        if self.in_flight == 0 and len(devices) == 0:
+            check_wait(now, self.t_idle_s, self.cfg, self.fleet,
+                       f"server update {self.version}")
         for device, leave_s in zip(devices.tolist(), gone_at.tolist(), strict=True):
             task = _Task(device, self.version, now, leave_s, float(self.compute_s[device]))
             self.busy[device] = self.started[device] = True
@@ -177,9 +182,6 @@ class _AsyncServer:
         """Look again in ``wait_poll_s`` for idle online devices."""
         if self.poll_due:
             return
-        if self.env.now >= self.fleet.availability.t_off_s.max(initial=0.0):
-            raise RuntimeError(f"no device is online after t = {self.env.now:.0f} s: the "
-                               f"availability trace ended before server update {self.version}")
         self.poll_due = True
         self.env.timeout(self.cfg.wait_poll_s).callbacks.append(self._polled)
 
@@ -207,6 +209,8 @@ class _AsyncServer:
         task.staleness = self.version - task.version
         self.busy[task.device] = False
         self.in_flight -= 1
+        if self.in_flight == 0:
+            self.t_idle_s = now
         self.ended.append(task)
         if now > task.gone_at_s:
             task.status, task.t_done_s = "dropped", task.gone_at_s
@@ -221,6 +225,8 @@ class _AsyncServer:
                 self._record_tasks(self.cfg.num_rounds)
                 self.finished.succeed()
         else:
+            self.health.tasks_ended(self.version, [t.status for t in self.ended],
+                                    self.buffer_size)
             self.schedule_refill()
 
     def _abandon(self, task: _Task) -> None:
@@ -300,12 +306,13 @@ class _AsyncServer:
             bytes_down=sum(m[2] for t in tasks for m in t.messages if m[0] == "down"),
             bytes_up=sum(m[2] for t in tasks for m in t.messages if m[0] == "up"))
         self.t_update_s, self.num_dispatched = now, 0
-        self.state.next_round = self.version
+        self.health.round_done(r, int(keep.sum()), threshold, [t.status for t in buffer])
         self.after_round(self.version, now)
 
     def _record_tasks(self, r: int) -> list[_Task]:
         """Write the rows of the tasks ended since the last update, as interval ``r``."""
         tasks, self.ended = self.ended, []
+        self.health.devices_done(t.status for t in tasks)
         if not tasks:
             return tasks
         msg = [(t.device, *m) for t in tasks for m in t.messages]
@@ -339,10 +346,11 @@ def async_server(
     learner: AsyncLearnerLike,
     recorder: Recorder,
     streams: Streams,
-    state: ServerState,
+    health: Health,
     after_round: RoundHook,
 ) -> Generator[simpy.Event, Any, None]:
     """Run ``cfg.num_rounds`` server updates, then wait for the tasks still in flight."""
-    server = _AsyncServer(env, cfg, fleet, net, learner, recorder, streams, state, after_round)
+    server = _AsyncServer(env, cfg, fleet, net, learner, recorder, streams, health,
+                          after_round)
     server.schedule_refill()
     yield server.finished

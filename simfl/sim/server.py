@@ -38,6 +38,7 @@ from simfl.population.network import Direction
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
+from simfl.sim.health import Health, RunStalled
 from simfl.sim.network import LinkSharing
 
 EVAL_COST_FRACTION = 1 / 3  # a forward pass costs about a third of a training step
@@ -100,13 +101,6 @@ class Fleet:
     local_epochs: int
 
 
-@dataclass
-class ServerState:
-    """Everything needed to continue a run at a round boundary (no generator frames)."""
-
-    next_round: int = 0
-
-
 RoundHook = Callable[[int, float], None]  # (rounds completed, simulated time) after each round
 
 
@@ -140,33 +134,44 @@ def sync_server(
     learner: LearnerLike,
     recorder: Recorder,
     streams: Streams,
-    state: ServerState,
+    health: Health,
     after_round: RoundHook,
 ) -> Generator[simpy.Event, Any, None]:
-    """Run rounds ``state.next_round .. cfg.num_rounds - 1``."""
+    """Run rounds ``0 .. cfg.num_rounds - 1``."""
     busy = np.zeros(fleet.availability.num_devices, dtype=bool)
-    while state.next_round < cfg.num_rounds:
+    for r in range(cfg.num_rounds):
         t_begin = env.now  # the round's start: waiting for devices is part of the round
         while True:
             if fleet.availability.num_online(env.now) >= cfg.min_online:
-                rnd = _select(env.now, cfg, fleet, busy, streams, state.next_round, learner)
+                rnd = _select(env.now, cfg, fleet, busy, streams, r, learner)
                 if len(rnd.devices):
                     break  # else every online device is still busy with a late task
-            if env.now >= fleet.availability.t_off_s.max(initial=0.0):
-                raise RuntimeError(f"no device is online after t = {env.now:.0f} s: the "
-                                   f"availability trace ended before round {state.next_round}")
+            check_wait(env.now, t_begin, cfg, fleet, f"round {r}")
             yield env.timeout(cfg.wait_poll_s)
         rnd.t_start_s = t_begin
         if learner.wants_checkins:  # every online device checks in when the round opens
             learner.observe_online(env.now, fleet.availability.online_devices(env.now))
         busy[rnd.devices] = True
         yield from _run_round(env, cfg, fleet, net, learner, rnd)
-        env.process(_finish(env, rnd, learner, recorder))  # waits for stragglers
-        state.next_round = rnd.index + 1
-        after_round(state.next_round, env.now)
+        health.round_done(r, int((rnd.status == "aggregated").sum()), rnd.threshold,
+                          rnd.status.tolist())
+        env.process(_finish(env, rnd, learner, recorder, health))  # waits for stragglers
+        after_round(r + 1, env.now)
         wait_s = rnd.t_start_s + cfg.round_interval_s - env.now
         if wait_s > 0:
             yield env.timeout(wait_s)
+
+
+def check_wait(now: float, since: float, cfg: ServerConfig, fleet: Fleet, what: str) -> None:
+    """RunStalled if the server has waited for devices since ``since`` for longer than
+    ``server.max_wait_s``, or no device will ever come online again."""
+    if now >= fleet.availability.t_off_s.max(initial=0.0):
+        raise RunStalled(f"{what}: no device comes online after t = {now:.0f} s (the "
+                         f"availability ends: population.availability.horizon_s or the "
+                         f"trace's last interval)")
+    if now - since >= cfg.max_wait_s:
+        raise RunStalled(f"{what}: waited {(now - since) / 3600:.1f} h of simulated time "
+                         f"for idle online devices (server.max_wait_s = {cfg.max_wait_s:.0f})")
 
 
 def _select(now: float, cfg: ServerConfig, fleet: Fleet, busy: np.ndarray, streams: Streams,
@@ -304,14 +309,15 @@ def _phase(env: simpy.Environment, net: LinkSharing, rnd: _Round, i: int, down_b
     return survived
 
 
-def _finish(env: simpy.Environment, rnd: _Round, learner: LearnerLike,
-            recorder: Recorder) -> Generator[simpy.Event, Any, None]:
+def _finish(env: simpy.Environment, rnd: _Round, learner: LearnerLike, recorder: Recorder,
+            health: Health) -> Generator[simpy.Event, Any, None]:
     """Wait for the round's stragglers, then write the round's rows."""
     yield simpy.AllOf(env, rnd.tasks)
     left = (rnd.status == "late") & (rnd.t_done_s > rnd.gone_at_s)
     rnd.status[left] = "dropped"
     dropped = rnd.status == "dropped"
     rnd.t_done_s[dropped] = np.minimum(rnd.t_done_s[dropped], rnd.gone_at_s[dropped])
+    health.devices_done(rnd.status.tolist())
     _record(rnd, learner, recorder)
 
 

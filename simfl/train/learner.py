@@ -18,6 +18,7 @@ from torch import nn
 
 from simfl.aggregate import Aggregator, RoundInputs, Selection
 from simfl.data.packed import ClientData, FederatedData
+from simfl.errors import RunFailed
 from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
 from simfl.rng import Streams
@@ -30,7 +31,7 @@ BiasSink = Callable[..., None]  # takes the columns of bias.parquet rows
 log = logging.getLogger(__name__)
 
 
-class NonFiniteModelError(RuntimeError):
+class NonFiniteModelError(RunFailed):
     """The global model has NaN or Inf parameters after an aggregation: the run stops."""
 
 

@@ -10,6 +10,7 @@ import pytest
 from simfl.errors import InputError
 from simfl.population.availability import (
     Availability,
+    PastHorizon,
     always_online,
     build_availability,
     from_csr,
@@ -119,7 +120,7 @@ def test_queries_match_brute_force() -> None:
 
 def test_query_past_horizon_raises() -> None:
     av, _ = diurnal(10, horizon_days=1)
-    with pytest.raises(ValueError, match="horizon"):
+    with pytest.raises(PastHorizon, match="population.availability.horizon_s"):
         av.is_online(0, DAY_S + 1)
 
 

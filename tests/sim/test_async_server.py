@@ -29,7 +29,8 @@ from simfl.scenario import (
 )
 from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, LearnerLike, ServerState, sync_server
+from simfl.sim.health import Health
+from simfl.sim.server import Fleet, LearnerLike, sync_server
 from simfl.train import build_model, initial_params
 from simfl.train.learner import Learner
 from tests.sim.test_server import FakeLearner, paths
@@ -66,7 +67,7 @@ def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
     recorder = Recorder(tmp_path)
     fleet = Fleet(availability, train_s_per_sample, np.zeros(availability.num_devices), 1)
     env.process(async_server(env, cfg, fleet, LinkSharing(env, net_paths), learner, recorder,
-                             Streams(0), ServerState(), lambda r, t: None))
+                             Streams(0), Health(0, 1.0), lambda r, t: None))
     env.run()
     recorder.close()
     return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}
@@ -185,7 +186,7 @@ def run_server(server: object, cfg: ServerConfig, learner: Learner,
     fleet = Fleet(always_online(np.zeros(n, np.int64), 1), np.zeros(n), np.zeros(n), 1)
     env.process(server(env, cfg, fleet,  # type: ignore[operator]
                        LinkSharing(env, paths([1e5] * n, [1e5] * n)), learner, recorder,
-                       Streams(5), ServerState(), lambda r, t: None))
+                       Streams(5), Health(0, 1.0), lambda r, t: None))
     env.run()
     recorder.close()
     return pl.read_parquet(tmp_path / "clients.parquet")

@@ -18,7 +18,8 @@ from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, ServerState, sync_server
+from simfl.sim.health import Health
+from simfl.sim.server import Fleet, sync_server
 
 LOSS_REPORT_BYTES = 4
 
@@ -86,7 +87,7 @@ def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
     n = availability.num_devices
     fleet = Fleet(availability, train_s_per_sample, np.full(n, failure_rate_per_h), 1)
     env.process(sync_server(env, cfg, fleet, LinkSharing(env, net_paths), learner, recorder,
-                            Streams(seed), ServerState(), lambda r, t: None))
+                            Streams(seed), Health(0, 1.0), lambda r, t: None))
     env.run()
     recorder.close()
     return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}
