@@ -65,7 +65,7 @@ FORMAT = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
 # write a checkpoint there) before the run stops from its last checkpoint instead.
-STOP_GRACE_S = 0.8
+STOP_GRACE_S = 0.5
 
 # How a replaying learner treats each member of the server's LearnerLike protocol
 # (a test checks that every member is listed).

@@ -54,6 +54,7 @@ from simfl.sim.server import Fleet, sync_server
 from simfl.train import build_model, initial_params
 from simfl.train.learner import Learner
 
+MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.cohort)
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
 
 
@@ -196,6 +197,15 @@ def check_feasible(scenario: Scenario, data: FederatedData) -> None:
             if getattr(server, key) > n:
                 raise InputError(f"'server.{key}' = {getattr(server, key)} is more than the {n} "
                                  f"training devices (a device runs one task per model version)")
+    train, largest = scenario.train, int(data.train.num_samples.max(initial=1))
+    batch = min(train.batch_size, largest)
+    cohort = max(server.clients_per_round, server.concurrency)
+    plan_bytes = cohort * train.local_epochs * -(-largest // batch) * batch * 9
+    if plan_bytes > MAX_PLAN_BYTES:
+        raise InputError(f"'train.local_epochs' = {train.local_epochs} with batches of {batch} "
+                         f"and {largest} samples on the largest device: a cohort's minibatch "
+                         f"plan would take {plan_bytes / 2**30:.3g} GiB "
+                         f"(limit {MAX_PLAN_BYTES / 2**30:.0f} GiB)")
     if scenario.model.name == "convnet" and len(data.input_shape) < 2:
         raise InputError(f"'model.name' = 'convnet' needs image data; "
                          f"'data.dataset' = {scenario.data.dataset!r} gives vectors")

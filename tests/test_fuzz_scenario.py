@@ -12,6 +12,7 @@ import copy
 import io
 import json
 import tempfile
+import time
 from collections.abc import Sequence
 from contextlib import redirect_stderr
 from pathlib import Path
@@ -200,3 +201,51 @@ def test_cases_the_fuzzer_found() -> None:
         assert outcome == 2 and message in err and len(err.splitlines()) == 1, err
     outcome, err = load_through_the_cli("", ["seed=" + "[" * 100_000])
     assert outcome == 2 and "nested too deeply" in err, err
+
+
+# Values that validate but may leave a run nothing to learn from (issue 19): the run
+# completes (and then aggregated something), fails with exit 1 and a reason in its
+# manifest, or is refused with exit 2 before anything is written; always within seconds.
+PATHOLOGICAL = st.fixed_dictionaries({}, optional={
+    "server.deadline_s": st.sampled_from([0.001, 0.5, 5.0]),
+    "population.failure_rate_per_h": st.sampled_from([100.0, 1e9]),
+    "train.lr": st.sampled_from([1e-3, 1e9, 1e30]),
+    "server.min_online": st.sampled_from([14, 15, 16, 1000]),
+    "population.availability.session_mean_s": st.sampled_from([1e-6, 1.0, 3600.0]),
+    "train.local_epochs": st.sampled_from([3, 10**9]),
+    "async": st.tuples(st.sampled_from([1, 15, 16, 1000]), st.sampled_from([1, 15, 1000])),
+})
+
+
+@settings(max_examples=25, deadline=None)
+@given(PATHOLOGICAL)
+def test_runtime_pathological_values_end_with_an_honest_status(values: dict[str, Any]) -> None:
+    overrides = [f"{k}={toml_value(v)}" for k, v in values.items() if k != "async"]
+    if "async" in values:
+        buffer_size, concurrency = values["async"]
+        overrides = [o for o in overrides if o.split("=")[0].rsplit(".", 1)[-1]
+                     not in ("deadline_s", "min_online")]
+        overrides += ['server.mode="async"', "server.over_selection=0.0",
+                      f"server.buffer_size={buffer_size}", f"server.concurrency={concurrency}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path, out = Path(tmp) / "fuzz.toml", Path(tmp) / "out"
+        path.write_text(to_toml(BASE))
+        err = io.StringIO()
+        start = time.monotonic()
+        with redirect_stderr(err):
+            code = main([str(path), "--out", str(out), "--quiet",
+                         *(f"--set={o}" for o in overrides)])
+        assert time.monotonic() - start < 10
+        event(f"exit {code}")
+        if code == 2:
+            assert not out.exists()
+        else:
+            manifest = json.loads((out / "manifest.json").read_text())
+            health = manifest["health"]
+            if code == 0:
+                assert manifest["status"] == "complete" and err.getvalue() == ""
+                assert health["rounds_without_update"] < health["rounds"]
+            else:
+                assert code == 1 and manifest["status"] == "failed"
+        if code:
+            assert len(err.getvalue().splitlines()) == 1 and "Traceback" not in err.getvalue()

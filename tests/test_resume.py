@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -282,6 +283,7 @@ def interrupted(scenario: Path, baseline: Path) -> Path:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Learner, "train", interrupt_round_3)
+        patch.setattr(checkpoint, "STOP_GRACE_S", 60.0)  # the round ends, however loaded
         assert run(scenario, out) == 128 + signal.SIGINT
     return out
 
@@ -339,6 +341,33 @@ def test_a_second_signal_stops_at_once_and_the_last_checkpoint_still_resumes(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"python -m simfl resume {out}" in err
     assert manifest(out)["status"] == "interrupted"
+    assert checkpoint_state(out)["rounds_done"] == 4
+    monkeypatch.undo()
+    assert resume(out) == 0
+    assert_same_files(out, baseline)
+
+
+def test_sigterm_in_a_long_round_stops_within_a_second_and_resumes_to_the_same_files(
+        scenario: Path, baseline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    train, sent = Learner.train, []
+
+    def slow_round_5(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        if round_idx == 5:
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # a round far longer than the grace (a ConvNet round, a wait)
+        return train(self, round_idx, client_idx)
+
+    monkeypatch.setattr(Learner, "train", slow_round_5)
+    out = tmp_path / "run"
+    assert run(scenario, out) == 128 + signal.SIGTERM
+    assert time.monotonic() - sent[0] < 1.0
+    assert capsys.readouterr().err.count("\n") == 1
+    info = manifest(out)
+    assert info["status"] == "interrupted"
+    assert info["reason"] == ("RunInterrupted: SIGTERM: stopped mid-round; its last "
+                              "checkpoint is after round 4")
     assert checkpoint_state(out)["rounds_done"] == 4
     monkeypatch.undo()
     assert resume(out) == 0

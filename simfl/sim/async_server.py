@@ -226,7 +226,7 @@ class _AsyncServer:
                 self.finished.succeed()
         else:
             self.health.tasks_ended(self.version, [t.status for t in self.ended],
-                                    self.buffer_size)
+                                    self.buffer_size, len(self.busy))
             self.schedule_refill()
 
     def _abandon(self, task: _Task) -> None:

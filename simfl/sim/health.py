@@ -64,10 +64,13 @@ class Health:
         if self.idle_window and len(self._recent) == self.idle_window:
             self._judge()
 
-    def tasks_ended(self, version: int, statuses: list[str], buffer_size: int) -> None:
+    def tasks_ended(self, version: int, statuses: list[str], buffer_size: int,
+                    num_devices: int) -> None:
         """Async server: ``statuses`` of the tasks ended since server update ``version``
-        began; as many as ``idle_window`` buffers without an update is a stall."""
-        if self.idle_window and len(statuses) >= self.idle_window * buffer_size:
+        began. As many as ``idle_window`` buffers without an update is a stall, and so is
+        a task ended on every device (each runs one task per version: none is left)."""
+        limit = min(self.idle_window * buffer_size, num_devices)
+        if self.idle_window and len(statuses) >= limit:
             counts = Counter(status or "buffered" for status in statuses)
             parts = ", ".join(f"{n} {status}" for status, n in counts.most_common())
             top = counts.most_common(1)[0][0]

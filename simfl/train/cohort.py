@@ -74,6 +74,9 @@ def plan_batches(
 ) -> BatchPlan:
     """Shuffle each client's samples every epoch (its own generator) and cut minibatches."""
     num_samples = np.asarray(num_samples, dtype=np.int64)
+    # A minibatch larger than every client is the whole client: the same steps and means
+    # without padding to the requested size.
+    batch_size = max(1, min(batch_size, int(num_samples.max(initial=1))))
     steps_per_epoch = -(-num_samples // batch_size)
     num_steps = epochs * steps_per_epoch
     offsets = np.concatenate([[0], np.cumsum(num_samples)])

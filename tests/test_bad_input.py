@@ -1,0 +1,251 @@
+"""Bad input and runs that cannot make progress (issue 19), through the command line.
+
+Each case is a reproduction a user ran into: it must end with the documented exit
+status (2: bad input, nothing written; 1: the run failed during its work, its manifest
+says why) and a one-line message naming the key or file, within seconds of wall time,
+and must never delete or replace what simfl did not write.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from simfl.checkpoint import run_lock
+from simfl.cli import main
+
+SCENARIO = """
+name = "tiny"
+seed = 1
+[data]
+dataset = "synthetic"
+[data.synthetic]
+num_clients = 40
+shared_model = 3.0
+[model]
+l2 = 1e-4
+[aggregator]
+name = "deltafl"
+[server]
+num_rounds = 12
+clients_per_round = 6
+[eval]
+every = 6
+[run]
+checkpoint_every = 4
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, float]:
+    """Exit status, stderr and wall seconds of ``python -m simfl ARGS``."""
+    capsys.readouterr()
+    start = time.monotonic()
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err, time.monotonic() - start
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# (--set overrides, exit status, what the one-line message must name). Exit 2 cases are
+# found before any work; exit 1 cases fail the run with the cause.
+CASES = {
+    "min_online above the population": (["server.min_online=1000"], 2, "server.min_online"),
+    "async concurrency above the population": (
+        ["server.mode=async", "server.concurrency=1000"], 2, "server.concurrency"),
+    "async buffer above the population": (
+        ["server.mode=async", "server.buffer_size=1000"], 2, "server.buffer_size"),
+    "sessions too short to precompute": (
+        ['population.availability.mode="diurnal"',
+         "population.availability.session_mean_s=1e-6"], 2, "session_mean_s"),
+    "no device ever online": (
+        ['population.availability.mode="diurnal"',
+         "population.availability.online_prob_by_hour=[1e-9, " + "1e-9, " * 22 + "1e-9]"],
+        2, "online_prob_by_hour"),
+    "convnet on vectors": (['model.name="convnet"'], 2, "model.name"),
+    "absurd local epochs": (["train.local_epochs=1000000000"], 2, "train.local_epochs"),
+    "scenario name escapes results/": (['name="../../victim"'], 2, "'name'"),
+    "absolute scenario name": (['name="/tmp/victim"'], 2, "'name'"),
+    "every update late": (["server.deadline_s=0.001"], 1, "server.deadline_s"),
+    "every device drops": (["population.failure_rate_per_h=1e9"], 1, "failure_rate_per_h"),
+    "every update non-finite": (["train.lr=1e30"], 1, "train.lr"),
+    "Δ-FL threshold non-finite": (
+        ["train.lr=1e9", "server.num_rounds=30"], 1, "threshold is non-finite"),
+    "no devices online for a day": (
+        ['population.availability.mode="diurnal"', "server.min_online=19",
+         "server.max_wait_s=7200"], 1, "server.max_wait_s"),
+    "run longer than the availability": (
+        ['population.availability.mode="diurnal"', "population.availability.horizon_s=1800",
+         "server.round_interval_s=600"], 1, "horizon_s"),
+    "async: every update non-finite": (
+        ["server.mode=async", "train.lr=1e30"], 1, "train.lr"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_reproduction_ends_fast_with_its_exit_status_and_names_the_key(
+        case: str, scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    overrides, expected, named = CASES[case]
+    out = tmp_path / "run"
+    args: list[object] = [scenario, "--out", out, "--quiet"]
+    for override in overrides:
+        args += ["--set", override]
+    code, err, wall_s = cli(args, capsys)
+    assert code == expected, err
+    assert err.count("\n") == 1 and named in err, err
+    assert wall_s < 10
+    if expected == 2:
+        assert not out.exists()  # nothing written
+    else:
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["status"] == "failed" and named in manifest["reason"]
+        assert manifest["health"]["nonfinite_thresholds"] >= 0
+
+
+def test_a_run_that_aggregates_nothing_reports_it_in_its_health(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet", "--set", "server.deadline_s=0.001"],
+                       capsys)
+    health = json.loads((out / "manifest.json").read_text())["health"]
+    assert code == 1
+    # the stall rule fires after the 10th idle round: every device of rounds 0-9 was late
+    assert health["rounds"] == 10 and health["rounds_without_update"] == 10
+    # final statuses come once a round's stragglers are done (rounds still in flight when
+    # the run failed are not counted); devices busy with a late task are not selected
+    late = health["updates_by_status"]["late"]
+    assert set(health["updates_by_status"]) == {"late"} and 0 < late <= 60
+    assert "rounds 0-9" in err
+
+
+def test_a_healthy_run_records_its_health_and_completes(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert code == 0, err
+    assert manifest["status"] == "complete"
+    health = manifest["health"]
+    assert health["rounds"] == 12 and health["rounds_without_update"] == 0
+    assert health["nonfinite_thresholds"] == 0
+    by_status = health["updates_by_status"]
+    assert sum(by_status.values()) == 12 * 6 and by_status["aggregated"] > 0
+
+
+def test_overwrite_leaves_a_directory_that_is_no_run_untouched(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "notes.txt").write_text("precious")
+    (victim / "sub" / "data.csv").write_text("1,2")
+    before = tree(victim)
+    code, err, _ = cli([scenario, "--out", victim, "--overwrite", "--quiet"], capsys)
+    assert code == 2 and "not a simfl run" in err
+    assert tree(victim) == before
+
+
+def test_overwrite_never_deletes_files_simfl_did_not_write_into_a_run(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+    (out / "my_analysis.ipynb").write_text("{}")
+    before = tree(out)
+    code, err, _ = cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)
+    assert code == 2 and "my_analysis.ipynb" in err
+    assert tree(out) == before
+    (out / "my_analysis.ipynb").unlink()
+    assert cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)[0] == 0
+
+
+def test_overwrite_leaves_a_locked_run_untouched(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+    before = tree(out)
+    with run_lock(out):  # another process works on the run
+        code, err, _ = cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)
+    assert code == 2 and "another process is working on this run" in err
+    assert {k: v for k, v in tree(out).items() if k != "checkpoint/lock"} == before
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_out_onto_a_file_or_where_nothing_can_be_written(
+        where: str, scenario: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "a_file"
+    target.write_text("keep")
+    out = target if where == "file" else Path("/proc/simfl_run")
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    assert code == 2 and str(out) in err and err.count("\n") == 1
+    assert target.read_text() == "keep"
+
+
+def test_trace_and_compare_refuse_to_replace_a_file_unless_told(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+    rounds = out / "rounds.parquet"
+    before = rounds.read_bytes()
+    code, err, _ = cli(["trace", scenario, "--out", rounds], capsys)
+    assert code == 2 and "exists (use --overwrite" in err
+    assert rounds.read_bytes() == before
+    png = tmp_path / "compare.png"
+    png.write_bytes(b"mine")
+    code, err, _ = cli(["plot", out, "--compare", png], capsys)
+    assert code == 2 and str(png) in err and png.read_bytes() == b"mine"
+    code, err, _ = cli(["plot", out, "--compare", tmp_path / "nowhere" / "c.png"], capsys)
+    assert code == 2 and "does not exist" in err
+    trace = tmp_path / "trace.parquet"
+    assert cli(["trace", scenario, "--out", trace], capsys)[0] == 0
+    assert cli(["trace", scenario, "--out", trace, "--overwrite"], capsys)[0] == 0
+
+
+def test_resume_with_a_truncated_part_file_names_it(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code, _, _ = cli([scenario, "--out", out, "--quiet", "--set", "train.lr=1e30"], capsys)
+    assert code == 1  # failed with its checkpoint and parts kept
+    part = sorted((out / "parts" / "clients").glob("part-*.parquet"))[0]
+    part.write_bytes(part.read_bytes()[:20])
+    code, err, _ = cli(["resume", out, "--quiet"], capsys)
+    assert code == 2 and "parts/clients" in err and err.count("\n") == 1
+
+
+def test_collect_before_any_run_finished_says_so(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = tmp_path / "s.sweep.toml"
+    sweep.write_text(f'scenario = "{scenario.name}"\nseeds = [0, 1]\n')
+    code, err, _ = cli(["collect", sweep], capsys)
+    assert code == 2 and "no run of sweep" in err
+
+
+def test_a_sweep_with_a_repeated_seed_is_refused(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = tmp_path / "s.sweep.toml"
+    sweep.write_text(f'scenario = "{scenario.name}"\nseeds = [0, 0]\n')
+    code, err, _ = cli(["sweep", sweep], capsys)
+    assert code == 2 and "repeats a seed" in err
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, _ = cli(["resum", "results/x"], capsys)
+    assert code == 2 and "did you mean 'resume'" in err
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for command in ("run", "resume", "plot", "trace", "sweep", "collect", "drfl"):
+        assert f"\n  {command} " in text
