@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simfl.checkpoint import run_lock
@@ -249,3 +250,30 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for command in ("run", "resume", "plot", "trace", "sweep", "collect", "drfl"):
         assert f"\n  {command} " in text
+
+
+def test_ctrl_c_on_a_sequential_sweep_stops_it_with_one_line(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+
+    from simfl.train.learner import Learner
+
+    train = Learner.train
+
+    def interrupt(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        if round_idx == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return train(self, round_idx, client_idx)
+
+    monkeypatch.setattr(Learner, "train", interrupt)
+    monkeypatch.chdir(tmp_path)  # results/ of the sweep
+    sweep = tmp_path / "s.sweep.toml"
+    sweep.write_text(f'scenario = "{scenario.name}"\nseeds = [0, 1]\n')
+    code, err, _ = cli(["sweep", sweep, "--backend", "sequential", "--quiet"], capsys)
+    assert code == 128 + signal.SIGINT
+    assert err.count("\n") == 1 and "continue with: python -m simfl sweep" in err
+    runs = tmp_path / "results" / "s.sweep"
+    assert json.loads((runs / "seed=0" / "manifest.json").read_text())["status"] == "interrupted"
+    assert not (runs / "seed=1").exists()  # the sweep stopped; it did not go on
