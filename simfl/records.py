@@ -51,8 +51,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("client_id", pa.string()),
         ("client_idx", pa.int64()),
         ("status", pa.string()),  # aggregated / filtered / dropped / late / nonfinite / stale
-        ("loss_reported", pa.float64()),  # F_k(w_t); null when the rule needs no losses
-        ("train_loss", pa.float64()),  # mean minibatch loss during local training
+        # F_k(w_t); null when the device reported none (the rule needs no losses, or it
+        # left first); NaN when it reported a NaN/Inf loss (a diverged model)
+        ("loss_reported", pa.float64()),
+        # mean minibatch loss of local training; null when the device did not train; NaN
+        # for a NaN/Inf update (status nonfinite)
+        ("train_loss", pa.float64()),
         ("num_samples", pa.int64()),
         ("bytes_down", pa.int64()),
         ("bytes_up", pa.int64()),
@@ -174,10 +178,15 @@ class TableWriter:
         return Committed(self.num_parts, self.num_rows)
 
     def close(self) -> None:
-        """Flush, merge the parts into ``<table>.parquet`` and remove them."""
+        """Flush, merge the parts into ``<table>.parquet`` (rows in round order, stable:
+        a round's rows are written once its stragglers are done, so rounds can end out of
+        order) and remove them."""
         self.flush()
         parts = [pq.read_table(p, schema=self.schema) for p in _part_files(self.parts_dir)]
         table = pa.concat_tables([self.schema.empty_table(), *parts]).combine_chunks()
+        if "round" in self.schema.names:
+            order = np.argsort(table.column("round").to_numpy(), kind="stable")
+            table = table.take(pa.array(order))
         write_atomically(self.path, lambda tmp: pq.write_table(
             table, tmp, row_group_size=ROW_GROUP_ROWS))
         shutil.rmtree(self.parts_dir, ignore_errors=True)
@@ -205,6 +214,8 @@ def _restore_parts(path: Path, parts_dir: Path, committed: Committed) -> None:
 
 
 def _column(value: Any, type_: pa.DataType, length: int) -> pa.Array:
+    if isinstance(value, np.ma.MaskedArray):  # masked: null (not applicable); NaN stays NaN
+        return pa.array(value.data, type=type_, mask=np.ma.getmaskarray(value))
     if isinstance(value, np.ndarray | list):
         return pa.array(value, type=type_, from_pandas=True)  # NaN -> null for floats
     return pa.array([value] * length, type=type_)

@@ -134,3 +134,38 @@ def test_write_atomically_keeps_the_old_file_when_writing_fails(tmp_path: Path) 
     write_atomically(path, lambda tmp: tmp.write_bytes(b"new"))
     assert path.read_bytes() == b"new"
     assert sorted(tmp_path.iterdir()) == [path]  # the torn temporary file was replaced
+
+
+def clients_rows(round_idx: int, loss: object, train_loss: object) -> dict[str, object]:
+    return dict(round=round_idx, client_id=["a", "b", "c"], client_idx=np.arange(3),
+                status=["aggregated", "nonfinite", "filtered"], loss_reported=loss,
+                train_loss=train_loss, num_samples=np.ones(3, dtype=np.int64), bytes_down=0,
+                bytes_up=0, t_dispatch_s=0.0, t_done_s=np.zeros(3), staleness=0,
+                model_version=round_idx)
+
+
+def test_masked_values_are_null_and_nan_stays_nan(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path)
+    nan = np.nan
+    recorder.append("clients", **clients_rows(
+        0, np.ma.masked_array([0.5, nan, 0.1], [False, False, False]),
+        np.ma.masked_array([0.4, nan, nan], [False, False, True])))
+    recorder.append("clients", **clients_rows(1, np.array([0.5, nan, 0.1]), np.zeros(3)))
+    recorder.close()
+    rows = pl.read_parquet(tmp_path / "clients.parquet")
+    first = rows.filter(pl.col("round") == 0)
+    assert first["loss_reported"].is_nan().to_list() == [False, True, False]
+    assert first["train_loss"].is_null().to_list() == [False, False, True]
+    assert first["train_loss"][1] != first["train_loss"][1]  # NaN: a diverged update
+    # a plain array's NaN still means "missing" (null), as before
+    assert rows.filter(pl.col("round") == 1)["loss_reported"].null_count() == 1
+
+
+def test_merged_rows_are_in_round_order_and_stable_within_a_round(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path, flush_every=1)
+    for r in (2, 0, 1, 0):  # a round's rows come once its stragglers are done
+        recorder.append("clients", **clients_rows(r, np.zeros(3), np.full(3, float(r))))
+    recorder.close()
+    rows = pl.read_parquet(tmp_path / "clients.parquet")
+    assert rows["round"].to_list() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert rows["client_id"].to_list()[:6] == ["a", "b", "c", "a", "b", "c"]

@@ -454,7 +454,9 @@ def test_a_nonfinite_update_is_dropped_and_logged(tmp_path: Path, monkeypatch: p
     poisoned, others = clients.filter(is_poisoned), clients.filter(~is_poisoned)
     bad = poisoned.filter(pl.col("status") == "nonfinite")
     assert bad.height > 0 and "aggregated" not in poisoned["status"].to_list()
-    assert bad["train_loss"].null_count() == bad.height
+    # a NaN/Inf update keeps NaN (not null: null means "did not train")
+    assert bad["train_loss"].null_count() == 0 and bad["train_loss"].is_nan().all()
+    assert clients["loss_reported"].null_count() == clients.height  # FedAvg reports none
     assert "nonfinite" not in others["status"].to_list()
     assert others.filter(pl.col("status") == "aggregated")["train_loss"].is_finite().all()
     def messages(rows: pl.DataFrame) -> set[str]:

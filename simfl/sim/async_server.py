@@ -322,10 +322,13 @@ class _AsyncServer:
             bytes=np.array([m[3] for m in msg], dtype=np.int64),
             t_start_s=np.array([m[4] for m in msg]), t_end_s=np.array([m[5] for m in msg]))
         devices = np.array([t.device for t in tasks], dtype=np.int64)
+        untrained = np.array([not t.trained for t in tasks], dtype=bool)
+        not_reported = untrained | (not self.learner.needs_losses)
         self.recorder.append(
             "clients", round=r, client_id=self.learner.client_ids(devices), client_idx=devices,
-            status=[t.status for t in tasks], loss_reported=np.array([t.loss for t in tasks]),
-            train_loss=np.array([t.train_loss for t in tasks]),
+            status=[t.status for t in tasks],
+            loss_reported=np.ma.masked_array([t.loss for t in tasks], not_reported),
+            train_loss=np.ma.masked_array([t.train_loss for t in tasks], untrained),
             num_samples=self.learner.num_samples(devices),
             bytes_down=np.array([sum(m[2] for m in t.messages if m[0] == "down")
                                  for t in tasks], dtype=np.int64),

@@ -118,6 +118,8 @@ class _Round:
     loss: np.ndarray  # (K,) reported F_k(w_t), NaN if none
     train_loss: np.ndarray  # (K,)
     t_done_s: np.ndarray  # (K,) when the device finished (or left)
+    reported: np.ndarray  # (K,) bool: the device's F_k(w_t) is in ``loss``
+    trained: np.ndarray  # (K,) bool: the device was sent to train (``train_loss`` is its)
     messages: list[tuple[int, str, str, int, float, float]] = field(default_factory=list)
     tasks: list[simpy.Process] = field(default_factory=list)  # every device process
     threshold: float | None = None
@@ -186,7 +188,7 @@ def _select(now: float, cfg: ServerConfig, fleet: Fleet, busy: np.ndarray, strea
     k = len(devices)
     return _Round(r, now, fleet.availability.num_online(now), devices, gone_at, busy,
                   np.full(k, "", dtype=object), np.full(k, np.nan), np.full(k, np.nan),
-                  np.full(k, math.nan))
+                  np.full(k, math.nan), np.zeros(k, dtype=bool), np.zeros(k, dtype=bool))
 
 
 def leave_times(fleet: Fleet, devices: np.ndarray, now: float,
@@ -211,6 +213,7 @@ def _run_round(env: simpy.Environment, cfg: ServerConfig, fleet: Fleet, net: Lin
         download = 0
     rnd.num_kept = len(keep)
     rnd.train_loss[keep] = learner.train(rnd.index, rnd.devices[keep])
+    rnd.trained[keep] = True
     train_s = fleet.train_s_per_sample[rnd.devices] * samples * fleet.local_epochs
     arrived: list[int] = []
     enough = env.event()
@@ -248,6 +251,7 @@ def _loss_reports(env: simpy.Environment, net: LinkSharing, fleet: Fleet, learne
     if len(ready) == 0:
         return ready
     rnd.loss[ready] = learner.report_losses(rnd.devices[ready])
+    rnd.reported[ready] = True
     selection = learner.select(rnd.loss[ready], rnd.devices[ready], rnd.index, env.now)
     rnd.threshold = selection.threshold
     finished_protocol = yield from _protocol(env, net, rnd, ready, selection.exchanges, deadline)
@@ -338,8 +342,10 @@ def _record(rnd: _Round, learner: LearnerLike, recorder: Recorder) -> None:
     if k:
         recorder.append(
             "clients", round=rnd.index, client_id=learner.client_ids(rnd.devices),
-            client_idx=rnd.devices, status=rnd.status.astype(str), loss_reported=rnd.loss,
-            train_loss=rnd.train_loss, num_samples=learner.num_samples(rnd.devices),
+            client_idx=rnd.devices, status=rnd.status.astype(str),
+            loss_reported=np.ma.masked_array(rnd.loss, ~rnd.reported),
+            train_loss=np.ma.masked_array(rnd.train_loss, ~rnd.trained),
+            num_samples=learner.num_samples(rnd.devices),
             bytes_down=down, bytes_up=up, t_dispatch_s=rnd.t_select_s, t_done_s=rnd.t_done_s,
             staleness=0, model_version=rnd.index)
     recorder.append(
