@@ -237,6 +237,19 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
                       state["tables"], journal, state["journal_segments"], state["last_eval"])
 
 
+def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
+    """(rounds done, wall seconds worked) at the run's last checkpoint; None if it has
+    none. Reads only the state file's header values (no journal, no replay)."""
+    path = run_dir / CHECKPOINT_DIR / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        return int(state["rounds_done"]), float(state["wall_s"])
+    except (OSError, EOFError, KeyError, TypeError, pickle.UnpicklingError, RuntimeError) as e:
+        raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
+
+
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s lock while working on the run: a second process (a resume of a

@@ -176,15 +176,14 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path, num_thread
     shows the run's round bar (one run at a time only)."""
     import torch  # imported in the worker, not by the CLI
 
-    from simfl.checkpoint import CHECKPOINT_DIR, STATE_FILE
+    from simfl.checkpoint import checkpoint_progress
     from simfl.run import resume_run, run_scenario
 
     resolved = load_scenario(scenario, overrides)
     before = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
-        if (run_dir / CHECKPOINT_DIR / STATE_FILE).is_file() and _same_scenario(run_dir,
-                                                                              resolved):
+        if checkpoint_progress(run_dir) is not None and _same_scenario(run_dir, resolved):
             manifest = resume_run(run_dir, progress)  # an interrupted run goes on
         else:
             manifest = run_scenario(resolved, run_dir, overwrite=True, progress=progress)
@@ -199,9 +198,7 @@ def run_statuses(sweep: Sweep) -> pl.DataFrame:
     ``interrupted``, ``failed``, ``complete``), the rounds done (at its last checkpoint,
     where a resume would start) of the scenario's, the wall seconds worked (up to that
     checkpoint or the end) and the latest evaluation's test mean and p90 error."""
-    import torch  # a checkpoint's state; imported here, not by the CLI
-
-    from simfl.checkpoint import CHECKPOINT_DIR, STATE_FILE, run_locked
+    from simfl.checkpoint import checkpoint_progress, run_locked  # torch: not for the CLI
 
     rows = []
     for run in sweep.runs:
@@ -212,12 +209,11 @@ def run_statuses(sweep: Sweep) -> pl.DataFrame:
             status = "killed"
         rounds, wall_s = 0, manifest.get("wall_s")
         test = {"mean": float("nan"), "p90": float("nan")}
-        state = run.run_dir / CHECKPOINT_DIR / STATE_FILE
+        progress = None if status == "complete" else checkpoint_progress(run.run_dir)
         if status == "complete":
             rounds = total
-        elif state.is_file():
-            checkpoint = torch.load(state, map_location="cpu", weights_only=False)
-            rounds, wall_s = checkpoint["rounds_done"], checkpoint["wall_s"]
+        elif progress is not None:
+            rounds, wall_s = progress
         if manifest:
             evals = read_table(run.run_dir, "eval").filter(pl.col("split") == "test")
             if evals.height:
