@@ -1,5 +1,5 @@
 """Checkpoints, and resuming by replay: a killed run continues and ends with exactly the
-files of an uninterrupted run (DESIGN.md §7).
+files of an uninterrupted run (docs/design.md §9).
 
 The SimPy engine cannot be pickled (its processes are generators) and a round's
 stragglers outlive the round, so a run resumes by *replay*: the engine runs again

@@ -1,6 +1,6 @@
 """The device population: device table, availability, compute speed, network topology.
 
-Built once per run from ``Scenario.population`` with seeded streams (DESIGN.md §2);
+Built once per run from ``Scenario.population`` with seeded streams (docs/design.md §3);
 numpy and networkx only, no SimPy and no torch. The SimPy side of the network is
 simfl.sim.network.
 """

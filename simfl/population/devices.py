@@ -1,6 +1,6 @@
 """The device table: one row per training device, built from the scenario with seeded streams.
 
-A training device holds exactly one training client's data (DESIGN.md §2), so row d
+A training device holds exactly one training client's data (docs/design.md §3), so row d
 is client d. Columns are numpy arrays (read-only); the table is cheap at 10^6 rows.
 Random draws come from named streams: ``population.region``, ``population.compute``,
 ``population.network``, so changing one setting never reshuffles the others.

@@ -1,4 +1,4 @@
-"""The diurnal availability model (DESIGN.md §2), precomputed for all devices at once.
+"""The diurnal availability model (docs/design.md §3), precomputed for all devices at once.
 
 Each device is a two-state (offline/online) Markov process in its local time ``u``:
 

@@ -1,4 +1,4 @@
-"""The server's estimators of the Δ-FL threshold from one cohort's losses (DESIGN.md §5).
+"""The server's estimators of the Δ-FL threshold from one cohort's losses (docs/design.md §7).
 
 The target is Q_pop(w_t), the (1 − θ) α-weighted lower quantile of F_k(w_t)
 over *all* training devices; a round's server only sees the cohort. Each

@@ -1,7 +1,7 @@
 """The configured estimators of a run: one drives the filter, the others shadow it.
 
 Shadow estimators see exactly the cohort losses the driving one sees, every
-round, so their biases are compared on identical draws (DESIGN.md §5); only
+round, so their biases are compared on identical draws (docs/design.md §7); only
 the driving estimator's protocol is charged on the wire.
 """
 

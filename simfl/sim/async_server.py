@@ -1,4 +1,4 @@
-"""The asynchronous server (FedBuff) as a SimPy process (DESIGN.md §3, docs/async.md).
+"""The asynchronous server (FedBuff) as a SimPy process (docs/design.md §6, docs/async.md).
 
 Nguyen, Malik, Zhao, Sanjabi, Rabbat, Esmaeili, Huba, "Federated Learning with
 Buffered Asynchronous Aggregation", AISTATS 2022. The server keeps

@@ -1,4 +1,4 @@
-"""The synchronous server as a SimPy process (DESIGN.md §3).
+"""The synchronous server as a SimPy process (docs/design.md §5).
 
 SimPy owns the clock; this module decides who takes part and when, and asks a
 :class:`LearnerLike` object (numpy in, numpy out) what they compute; it never

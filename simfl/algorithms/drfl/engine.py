@@ -4,7 +4,7 @@ Every ADMM iteration needs every client (Algorithm 1 has no partial participatio
 an iteration lasts until the slowest device has downloaded the broadcast, solved its
 subproblem and uploaded its reply; a device that is offline is waited for until its next
 online interval, and one that goes offline before its upload arrives loses that attempt
-and starts again when it is back (DESIGN.md: a device that goes offline mid-task loses
+and starts again when it is back (docs/design.md §3: a device that goes offline mid-task loses
 its work). Transfers share the network through simfl.sim.network.LinkSharing.
 
 The numerics do not depend on the timing (all clients always answer), so the schedule is
