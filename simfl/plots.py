@@ -1,4 +1,4 @@
-"""Figures from a run's Parquet tables (DESIGN.md section 6).
+"""Figures from a run's Parquet tables (docs/design.md §8).
 
 Reads Parquet and manifest.json only; never imports the simulator or torch.
 Each ``plot_*`` function takes polars DataFrames and returns a matplotlib
@@ -9,6 +9,7 @@ Figure built without pyplot (so no global state and no display backend);
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -183,7 +184,9 @@ def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
     ax.set_xscale("log")
     ax.set(xlabel="local data size (samples, log scale)", ylabel="per-device error",
            title=f"Error vs data size after round {rows['round'][0]}")
-    ax.legend(title="split (devices)")
+    # beside the axes, not on them: the points fill the whole error range
+    ax.legend(title="split (devices)", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize="small")
     return fig
 
 
@@ -253,35 +256,67 @@ def plot_staleness(clients_df: pl.DataFrame) -> Figure:
 
 
 def plot_round_durations(rounds_df: pl.DataFrame) -> Figure:
-    """Round duration vs round start time (a diurnal cycle shows as a wave)."""
-    start_h = rounds_df["t_start_s"].to_numpy() / SECONDS_PER_HOUR
+    """Round duration vs round start time (a diurnal cycle shows as a wave), with the mean
+    per time bin (an hour, or less for short runs) where there are two bins or more."""
+    start_s = rounds_df["t_start_s"].to_numpy().astype(np.float64)
     duration_s = (rounds_df["t_end_s"] - rounds_df["t_start_s"]).to_numpy()
     divisor, unit = _duration_unit(float(np.nanmax(duration_s)))
+    t_div, t_unit = _duration_unit(float(start_s.max()) if start_s.size else 0.0)
     fig, ax = _new_axes()
-    ax.plot(start_h, duration_s / divisor, marker=".", ls="", ms=3, alpha=0.5, label="round")
-    hour = np.floor(start_h).astype(np.int64)  # mean over the rounds of each simulated hour
-    hours, inverse = np.unique(hour, return_inverse=True)
-    hourly = np.bincount(inverse, duration_s) / np.bincount(inverse)
-    ax.plot(hours + 0.5, hourly / divisor, color="C3", lw=1.2, label="hourly mean")
+    ax.plot(start_s / t_div, duration_s / divisor, marker=".", ls="", ms=3, alpha=0.5,
+            label="round")
+    width_s, name = _time_bin(float(start_s.max() - start_s.min()) if start_s.size else 0.0)
+    bins = np.floor(start_s / width_s).astype(np.int64)
+    _, inverse, counts = np.unique(bins, return_inverse=True, return_counts=True)
+    if counts.size >= 2:  # one bin would be a line without length
+        mean_start = np.bincount(inverse, start_s) / counts  # inside the data, not bin centres
+        mean_duration = np.bincount(inverse, duration_s) / counts
+        ax.plot(mean_start / t_div, mean_duration / divisor, color="C3", lw=1.2,
+                label=f"{name} mean")
     ax.set_ylim(bottom=0.0)
     ax.legend(loc="upper right", fontsize="small")
-    ax.set(xlabel="round start, simulated time (h)", ylabel=f"round duration ({unit})",
+    ax.set(xlabel=f"round start, simulated time ({t_unit})", ylabel=f"round duration ({unit})",
            title=f"Round durations ({rounds_df.height} rounds)")
     return fig
 
 
-def plot_availability(avail_df: pl.DataFrame) -> Figure:
-    """Online devices vs simulated time: one step line per region, plus the total."""
+def _time_bin(span_s: float) -> tuple[float, str]:
+    """Width and name of the bins that round durations are averaged over: hours for runs
+    of six simulated hours or more (the diurnal wave), else ten or one minutes."""
+    if span_s >= 6 * SECONDS_PER_HOUR:
+        return SECONDS_PER_HOUR, "hourly"
+    return (600.0, "10-minute") if span_s >= SECONDS_PER_HOUR else (60.0, "1-minute")
+
+
+def plot_availability(avail_df: pl.DataFrame, end_s: float | None = None) -> Figure:
+    """Online devices vs simulated time: one step line per region, plus the total.
+
+    Each row counts the devices online at the start of a simulated hour; a count is drawn
+    until the next one, the last one until ``end_s`` (the run's end, e.g. its last round's
+    end) or, without it, for one sampling interval. The time axis is in s, min or h as the
+    run's length asks, and spans exactly the run.
+    """
     per_region = avail_df.group_by("t_s", "region").agg(pl.col("num_online").sum())
     total = per_region.group_by("t_s").agg(pl.col("num_online").sum()).sort("t_s")
+    times = total["t_s"].to_numpy().astype(np.float64)
+    step = float(np.diff(times).min()) if times.size > 1 else SECONDS_PER_HOUR
+    end = max(float(end_s), times[-1]) if end_s is not None else times[-1] + step
+    if end <= times[0]:
+        end = times[0] + step  # a run that ended at its start: show the first interval
+    divisor, unit = _duration_unit(end)
     fig, ax = _new_axes((7.5, 4.2))
+
+    def draw(part: pl.DataFrame, **style: object) -> None:
+        t = np.append(part["t_s"].to_numpy(), end) / divisor
+        counts = part["num_online"].to_numpy()
+        ax.step(t, np.append(counts, counts[-1]), where="post", **style)  # type: ignore[arg-type]
+
     for region in sorted(per_region["region"].unique().to_list()):
-        part = per_region.filter(pl.col("region") == region).sort("t_s")
-        ax.step(part["t_s"].to_numpy() / SECONDS_PER_HOUR, part["num_online"].to_numpy(),
-                where="post", lw=1.0, label=str(region))
-    ax.step(total["t_s"].to_numpy() / SECONDS_PER_HOUR, total["num_online"].to_numpy(),
-            where="post", color="black", lw=2.0, label="total")
-    ax.set(xlabel="simulated time (h)", ylabel="devices online", title="Device availability")
+        draw(per_region.filter(pl.col("region") == region).sort("t_s"), lw=1.0, label=str(region))
+    draw(total, color="black", lw=2.0, label="total")
+    ax.set_xlim(times[0] / divisor, end / divisor)
+    ax.set_ylim(bottom=0.0)
+    ax.set(xlabel=f"simulated time ({unit})", ylabel="devices online", title="Device availability")
     ax.legend(title="region", fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
@@ -300,15 +335,29 @@ def _read_table(run_dir: Path, name: str) -> pl.DataFrame | None:
     return table if table.height else None
 
 
+RUN_FIGURES = ("test_error_hist.png", "p90_vs_time.png", "p90_vs_bytes.png", "error_vs_size.png",
+               "error_vs_rounds.png", "round_durations.png", "availability.png")
+ASYNC_FIGURES = ("staleness.png",)  # asynchronous runs only; a sync run does not skip it
+
+
 def _figure_makers(
     ev: pl.DataFrame | None, rounds: pl.DataFrame | None, avail: pl.DataFrame | None,
     clients: pl.DataFrame | None = None,
-) -> dict[str, Callable[[], Figure]]:
-    """File name -> figure builder, for the figures whose tables are present."""
+) -> tuple[dict[str, Callable[[], Figure]], dict[str, str]]:
+    """(file name -> figure builder for the figures whose tables are present,
+    file name -> why it is skipped for the others)."""
     makers: dict[str, Callable[[], Figure]] = {}
+    skipped: dict[str, str] = {}
     if clients is not None and bool((clients["staleness"] > 0).any()):  # an async run
         makers["staleness.png"] = partial(plot_staleness, clients)
-    if ev is not None and bool((ev["split"] == "test").any()):
+    no_eval = "eval.parquet is missing or empty (no evaluation was recorded)"
+    has_test = ev is not None and bool((ev["split"] == "test").any())
+    for name in ("test_error_hist.png", "p90_vs_time.png", "p90_vs_bytes.png"):
+        if ev is None:
+            skipped[name] = no_eval
+        elif not has_test:
+            skipped[name] = "eval.parquet has no test-device rows"
+    if has_test and ev is not None:
         makers["test_error_hist.png"] = partial(plot_test_error_hist, ev)
         makers["p90_vs_time.png"] = partial(plot_p90_vs_time, ev)
         if rounds is not None:
@@ -316,29 +365,50 @@ def _figure_makers(
     if ev is not None:
         makers["error_vs_size.png"] = partial(plot_error_vs_size, ev)
         makers["error_vs_rounds.png"] = partial(plot_error_vs_rounds, ev)
+    else:
+        skipped["error_vs_size.png"] = skipped["error_vs_rounds.png"] = no_eval
+    no_rounds = "rounds.parquet is missing or empty (no round was recorded)"
     if rounds is not None:
         makers["round_durations.png"] = partial(plot_round_durations, rounds)
+    else:
+        skipped["round_durations.png"] = no_rounds
+        if has_test:
+            skipped["p90_vs_bytes.png"] = no_rounds
     if avail is not None:
-        makers["availability.png"] = partial(plot_availability, avail)
-    return makers
+        end_s = float(rounds["t_end_s"].to_numpy().max()) if rounds is not None else None
+        makers["availability.png"] = partial(plot_availability, avail, end_s)
+    else:
+        skipped["availability.png"] = ("availability.parquet is missing or empty (it is "
+                                       "written when a run completes)")
+    return makers, skipped
 
 
-def plot_run(run_dir: Path) -> list[Path]:
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr) -> list[Path]:
     """Write the figures of one run into run_dir/plots; return the written PNG paths.
 
-    Figures whose tables are absent or empty are skipped.
+    Figures whose tables are absent or empty are skipped, and ``report`` (by default a
+    line on stderr; None: silent) is told which and why, one line per reason:
+    ``simfl: plot RUN: skipped a.png, b.png: <reason>``.
     """
     run_dir = Path(run_dir)
     if not any(table_exists(run_dir, t) for t in ("rounds", "eval")):
         raise InputError(f"{run_dir}: not a simfl run directory (no rounds.parquet)")
-    makers = _figure_makers(*(_read_table(run_dir, t)
-                              for t in ("eval", "rounds", "availability", "clients")))
+    makers, skipped = _figure_makers(*(_read_table(run_dir, t)
+                                       for t in ("eval", "rounds", "availability", "clients")))
     out_dir = run_dir / "plots"
     out_dir.mkdir(exist_ok=True)
     written = []
     for filename, make in makers.items():
         make().savefig(out_dir / filename, dpi=120)
         written.append(out_dir / filename)
+    if report is not None:
+        for reason in dict.fromkeys(skipped.values()):
+            names = ", ".join(n for n in RUN_FIGURES if skipped.get(n) == reason)
+            report(f"simfl: plot {run_dir}: skipped {names}: {reason}")
     return written
 
 

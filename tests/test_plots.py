@@ -16,7 +16,10 @@ from simfl.plots import (
     cumulative_bytes,
     error_by_round,
     last_round_rows,
+    plot_availability,
     plot_error_ecdf,
+    plot_error_vs_size,
+    plot_round_durations,
     plot_run,
     run_label,
     tail_vs_bytes,
@@ -155,7 +158,104 @@ def test_plot_run_with_availability(tmp_path: Path) -> None:
 def test_plot_run_skips_figures_of_empty_tables(tmp_path: Path) -> None:
     run_dir = synthetic_run(tmp_path / "run")
     make_eval({}).write_parquet(run_dir / "eval.parquet")
-    assert [p.name for p in plot_run(run_dir)] == ["round_durations.png"]
+    lines: list[str] = []
+    assert [p.name for p in plot_run(run_dir, report=lines.append)] == ["round_durations.png"]
+    assert lines == [
+        f"simfl: plot {run_dir}: skipped test_error_hist.png, p90_vs_time.png, p90_vs_bytes.png,"
+        " error_vs_size.png, error_vs_rounds.png: eval.parquet is missing or empty (no"
+        " evaluation was recorded)",
+        f"simfl: plot {run_dir}: skipped availability.png: availability.parquet is missing or"
+        " empty (it is written when a run completes)",
+    ]
+
+
+def test_plot_run_says_on_stderr_what_it_skipped(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = synthetic_run(tmp_path / "run", with_availability=True)
+    (run_dir / "eval.parquet").unlink()
+    written = plot_run(run_dir)
+    assert {p.name for p in written} == {"round_durations.png", "availability.png"}
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "eval.parquet is missing" in err[0]
+    assert "error_vs_rounds.png" in err[0] and "round_durations.png" not in err[0]
+
+
+def test_plot_run_reports_nothing_when_every_figure_is_drawn(tmp_path: Path) -> None:
+    lines: list[str] = []
+    plot_run(synthetic_run(tmp_path / "run", with_availability=True), report=lines.append)
+    assert lines == []  # a synchronous run has no staleness figure to skip
+
+
+def short_rounds(num_rounds: int = 20, length_s: float = 3.6) -> pl.DataFrame:
+    """Back-to-back rounds of length_s each: 20 of 3.6 s = 72 s = 0.02 h of simulated time."""
+    starts = np.arange(num_rounds) * length_s
+    rounds = make_rounds([10] * num_rounds, [10] * num_rounds)
+    return rounds.with_columns(pl.Series("t_start_s", starts),
+                               pl.Series("t_end_s", starts + length_s))
+
+
+def test_availability_of_a_run_shorter_than_an_hour_spans_the_run() -> None:
+    avail = pl.DataFrame({"t_s": [0.0, 0.0], "region": ["eu", "us"], "num_online": [30, 12]})
+    ax = plot_availability(avail, end_s=72.0).axes[0]
+    assert ax.get_xlim() == pytest.approx((0.0, 72.0))  # seconds, exactly the run
+    assert ax.get_xlabel() == "simulated time (s)"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"eu", "us", "total"}
+    for label, count in (("eu", 30), ("us", 12), ("total", 42)):
+        assert list(lines[label].get_xdata()) == [0.0, 72.0]  # a visible step, not a point
+        assert list(lines[label].get_ydata()) == [count, count]
+    assert ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] > 42
+
+
+def test_availability_of_a_long_run_is_in_hours_up_to_its_end() -> None:
+    hours = np.arange(30.0)
+    avail = pl.DataFrame({"t_s": hours * 3600.0, "region": ["eu"] * 30,
+                          "num_online": np.arange(30)})
+    ax = plot_availability(avail, end_s=29.5 * 3600.0).axes[0]
+    assert ax.get_xlabel() == "simulated time (h)"
+    assert ax.get_xlim() == pytest.approx((0.0, 29.5))
+    total = next(line for line in ax.get_lines() if line.get_label() == "total")
+    assert total.get_xdata()[-1] == pytest.approx(29.5) and total.get_ydata()[-1] == 29
+    # without the run's end: the last count holds for one sampling interval
+    assert plot_availability(avail).axes[0].get_xlim() == pytest.approx((0.0, 30.0))
+
+
+def test_round_durations_of_a_short_run_span_its_data() -> None:
+    ax = plot_round_durations(short_rounds()).axes[0]
+    assert ax.get_xlabel() == "round start, simulated time (s)"
+    low, high = ax.get_xlim()
+    assert -5.0 < low <= 0.0 and 68.4 <= high < 75.0  # starts 0 .. 68.4 s, matplotlib's margin
+    _, labels = ax.get_legend_handles_labels()
+    legend_lines = [line for line in ax.get_lines() if line.get_label() in labels]
+    assert len(legend_lines) == len(labels)
+    for line in legend_lines:  # every legend entry has something drawn
+        assert len(line.get_xdata()) >= 2
+    assert "1-minute mean" in labels
+
+
+def test_round_durations_of_a_one_bin_run_have_no_mean_line() -> None:
+    ax = plot_round_durations(short_rounds(num_rounds=10, length_s=5.0)).axes[0]  # 0 .. 45 s
+    assert [line.get_label() for line in ax.get_lines()] == ["round"]
+    assert ax.get_legend_handles_labels()[1] == ["round"]
+
+
+def test_round_durations_of_a_long_run_show_the_hourly_mean_in_hours() -> None:
+    rounds = make_rounds([1] * 48, [1] * 48).with_columns(
+        (pl.col("t_start_s") * 36).alias("t_start_s"), (pl.col("t_end_s") * 36).alias("t_end_s"))
+    ax = plot_round_durations(rounds).axes[0]  # 48 rounds an hour apart: 0 .. 47 h
+    assert ax.get_xlabel() == "round start, simulated time (h)"
+    mean = next(line for line in ax.get_lines() if line.get_label() == "hourly mean")
+    assert len(mean.get_xdata()) == 48 and ax.get_xlim()[1] < 50
+
+
+def test_error_vs_size_legend_is_beside_the_points() -> None:
+    fig = plot_error_vs_size(make_eval({3: TEN}, {3: [0.2, 0.9, 0.5]}))
+    fig.draw_without_rendering()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert legend is not None
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # never over the data
+    assert [t.get_text() for t in legend.get_texts()] == ["test (10)", "train (3)"]
 
 
 def test_plot_run_rejects_a_directory_without_tables(tmp_path: Path) -> None:
