@@ -318,7 +318,8 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
 
     if scenario.aggregator.name == "deltafl":
         panel = EstimatorPanel(scenario.estimator, scenario.aggregator.theta,
-                               learner.data.train.num_clients, streams)
+                               learner.data.train.num_clients, streams,
+                               strata=population.devices.region_idx)
         learner.use_estimators(panel, scenario.estimator.bias_every,
                                lambda **columns: recorder.append("bias", **columns))
     evaluate(0, 0.0)

@@ -122,7 +122,8 @@ class AggregatorConfig:
     lambda_step: float = _f(1e-5, NON_NEGATIVE)
 
 
-ESTIMATORS = Literal["cohort_exact", "secure_mm", "secure_bisection", "tracking", "ipw"]
+ESTIMATORS = Literal["cohort_exact", "secure_mm", "secure_bisection", "tracking", "ipw",
+                     "poststrat"]
 
 
 @dataclass(frozen=True)
@@ -371,7 +372,7 @@ ASYNC_ONLY = ("concurrency", "buffer_size", "staleness", "staleness_a", "stalene
 ASYNC_AGGREGATORS = ("fedavg", "fedprox", "deltafl")
 # The threshold comes from the buffer's loss reports, sent in the clear with the updates:
 # the devices of a buffer are gone by then, so no multi-round protocol can run.
-ASYNC_ESTIMATORS = ("cohort_exact", "ipw")
+ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "poststrat")
 
 
 def _check_server(scenario: Scenario, source: str) -> None:

@@ -13,6 +13,7 @@ from simfl.quantile.estimators import (
     CheckIns,
     Cohort,
     CohortExact,
+    PostStratified,
     SecureBisection,
     SecureMM,
     Tracking,
@@ -37,14 +38,49 @@ def _pinball(cohort: Cohort, level: float, eta: float) -> float:
     return float(cohort.weights @ np.maximum(level * u, (level - 1) * u))
 
 
-def test_bisection_brackets_the_cohort_quantile_within_tol() -> None:
+def _keep(cohort: Cohort, threshold: float) -> np.ndarray:
+    return cohort.losses >= threshold
+
+
+def _tied_cohort(rng: np.random.Generator) -> tuple[Cohort, float]:
+    """A weighted cohort with exact ties and near-ties (gaps of 1e-9 to 1e-4) around its
+    values, integer sample-count weights, K from 2 to 150."""
+    k = int(rng.integers(2, 150))
+    base = np.round(rng.gamma(2.0, 1.0, k), int(rng.integers(1, 4)))  # rounding: exact ties
+    jitter = rng.choice([0.0, 1e-9, 1e-7, 1e-4], k) * rng.choice([-1.0, 1.0], k)
+    losses = np.clip(base + jitter, 1e-6, 15.0)
+    weights = rng.integers(1, 400, k).astype(float)
+    return Cohort(losses, weights / weights.mean(), np.arange(k), 0.0), float(
+        rng.choice([0.1, 0.2, 0.5, 0.8, 0.9]))
+
+
+def test_noiseless_secure_keep_sets_equal_cohort_exact_on_ties_and_near_ties() -> None:
     rng = np.random.default_rng(1)
-    for _ in range(300):
-        cohort, level = _random_cohort(rng)
+    sums = {"secure_bisection": [], "secure_mm": []}
+    for _ in range(400):
+        cohort, level = _tied_cohort(rng) if rng.random() < 0.7 else _random_cohort(rng)
         exact = CohortExact().estimate(cohort, level, NO_NOISE).threshold
-        est = SecureBisection(0.0, 16.0, 1e-3).estimate(cohort, level, NO_NOISE)
-        assert exact < est.threshold <= exact + 1e-3 + 1e-12
-        assert est.secure_sums == math.ceil(math.log2(16.0 / 1e-3)) == 14
+        for est in (SecureBisection(0.0, 16.0, 1e-3), SecureMM(30, 1e-4)):
+            out = est.estimate(cohort, level, NO_NOISE)
+            assert (_keep(cohort, out.threshold) == _keep(cohort, exact)).all(), est.name
+            # the estimate is within the tolerance below the quantile, never above it
+            assert exact - est.tol < out.threshold <= exact
+            sums[est.name].append(out.secure_sums)
+    # the bisection's tolerance costs ceil(log2(16 / 1e-3)) = 14 sums; isolating the
+    # quantile's device costs a few more where devices lie within the tolerance of it
+    assert min(sums["secure_bisection"]) == 14
+    assert np.median(sums["secure_bisection"]) <= 16
+
+
+def test_the_bisection_hand_computed() -> None:
+    # losses 1, 2, 3 with equal weights, level 1/2: Q = 2; the bracket (0, 16] halves
+    # to (1.5, 2.0]...: after 14 steps low lies within 1e-3 below 2 and holds only 2
+    cohort = Cohort(np.array([1.0, 2.0, 3.0]), np.ones(3), np.arange(3), 0.0)
+    out = SecureBisection(0.0, 16.0, 1e-3).estimate(cohort, 0.5, NO_NOISE)
+    assert 2.0 - 1e-3 < out.threshold < 2.0
+    assert out.secure_sums == 14  # 14 halvings; the last leaves one device inside
+    assert len(out.exchanges) == 14 * 4 + 1
+    assert out.exchanges[2].up_bytes == 4 * 4  # four values per sum: below, total, 2 counts
 
 
 def test_mm_converges_to_the_cohort_quantile() -> None:
@@ -55,10 +91,10 @@ def test_mm_converges_to_the_cohort_quantile() -> None:
     for _ in range(200):
         cohort, level = _random_cohort(rng)
         exact = CohortExact().estimate(cohort, level, NO_NOISE).threshold
-        est = SecureMM(iterations=1000, tol=1e-9).estimate(cohort, level, NO_NOISE)
+        mu, _ = SecureMM(iterations=1000, tol=1e-9).iterate(cohort, level, NO_NOISE)
         best = _pinball(cohort, level, exact)
-        assert _pinball(cohort, level, est.threshold) <= best * (1 + 1e-4)
-        value_errors.append(abs(est.threshold - exact))
+        assert _pinball(cohort, level, mu) <= best * (1 + 1e-4)
+        value_errors.append(abs(mu - exact))
     assert np.median(value_errors) < 1e-5
     assert np.quantile(value_errors, 0.9) < 1e-3
 
@@ -67,18 +103,22 @@ def test_mm_objective_never_increases() -> None:
     rng = np.random.default_rng(3)
     cohort, level = _random_cohort(rng)
     values = [_pinball(cohort, level, SecureMM(iterations=n, tol=0.0)
-                       .estimate(cohort, level, NO_NOISE).threshold) for n in range(0, 40)]
+                       .iterate(cohort, level, NO_NOISE)[0]) for n in range(0, 40)]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:], strict=False))
 
 
 def test_mm_counts_its_secure_sums_and_stops_at_tol() -> None:
     cohort = Cohort(np.array([1.0, 2.0, 3.0]), np.ones(3), np.arange(3), 0.0)
     # level 1/2, equal weights: the mean 2 is the median and a fixed point: one MM sum
-    # after the mean moves it by 0, so 2 secure sums in all.
+    # after the mean moves it by 0, so 2 secure sums of MM.
+    mu, sums = SecureMM(iterations=30, tol=1e-4).iterate(cohort, 0.5, NO_NOISE)
+    assert mu == pytest.approx(2.0) and sums == 2
     est = SecureMM(iterations=30, tol=1e-4).estimate(cohort, 0.5, NO_NOISE)
-    assert est.threshold == pytest.approx(2.0)
-    assert est.secure_sums == 2
-    assert len(est.exchanges) == 2 * 4 + 1  # four exchanges per sum, then the broadcast
+    # then F(2) >= 1/2 and F(2 - 1e-4) < 1/2 (two sums) bracket Q = 2 in (2 - 1e-4, 2],
+    # and one halving leaves a single device inside
+    assert est.secure_sums == 2 + 2 + 1
+    assert len(est.exchanges) == 5 * 4 + 1  # four exchanges per sum, then the broadcast
+    assert _keep(cohort, est.threshold).tolist() == [False, True, True]
 
 
 @pytest.mark.parametrize(("k", "level"), [(10, 0.5), (10, 0.9), (25, 0.2), (50, 0.5)])
@@ -158,14 +198,68 @@ def test_tracking_hand_computed_step_and_stationary_convergence() -> None:
     assert tracker.eta == pytest.approx(0.3, abs=0.03)
 
 
-def test_checkins_online_rate_with_prior() -> None:
+def test_checkins_online_rate_with_prior_counts_only_earlier_rounds() -> None:
     checkins = CheckIns(num_devices=3, prior=1.0)
     checkins.observe(3600.0 * 5 + 10, np.array([0, 1]))  # hour 5
+    # the round being weighted is not counted yet: the prior alone
+    assert checkins.online_prob(np.array([0, 1, 2]), 3600.0 * 5).tolist() == [0.5] * 3
     checkins.observe(3600.0 * 29, np.array([0]))  # hour 29 = 5 the next day
     checkins.observe(3600.0 * 6, np.array([2]))
-    # device 0 at hour 5: (2 + 1) / (2 + 2); device 1: (1 + 1) / 4; device 2: (0 + 1) / 4
+    # counted: both hour-5 rounds. Device 0: (2 + 1) / (2 + 2); 1: (1 + 1) / 4; 2: (0 + 1) / 4
     assert checkins.online_prob(np.array([0, 1, 2]), 3600.0 * 5).tolist() == [0.75, 0.5, 0.25]
-    assert checkins.online_prob(np.array([2]), 3600.0 * 6).tolist() == [2 / 3]
+    assert checkins.online_prob(np.array([2]), 3600.0 * 6).tolist() == [0.5]  # hour 6: pending
+
+
+def test_lagged_checkins_estimate_the_online_rate_without_the_current_round_bias() -> None:
+    """Devices online with known probabilities; every round the cohort is drawn from the
+    online ones. π̂ from earlier rounds is unbiased for cohort members; counting the
+    current round (the old behaviour) puts them at (c + 1 + a) / (n + 1 + 2a)."""
+    rng = np.random.default_rng(11)
+    n, rounds = 400, 24 * 6  # six rounds per UTC hour
+    prob = rng.choice([0.1, 0.2, 0.5], n)
+    checkins = CheckIns(n, prior=1.0)
+    member_estimates: list[float] = []
+    member_truth: list[float] = []
+    for r in range(rounds):
+        t_s = 3600.0 * (r % 24) + 86400.0 * (r // 24)
+        online = np.flatnonzero(rng.random(n) < prob)
+        checkins.observe(t_s, online)
+        cohort = rng.choice(online, size=min(20, online.size), replace=False)
+        if r >= rounds - 24:  # the last day: five earlier rounds at each hour
+            member_estimates += checkins.online_prob(cohort, t_s).tolist()
+            member_truth += prob[cohort].tolist()
+    # (c + 1) / (5 + 2) with c ~ Bin(5, π): expectation (5π + 1) / 7
+    expected = (5 * np.array(member_truth) + 1) / 7
+    assert np.mean(member_estimates) == pytest.approx(np.mean(expected), abs=0.01)
+    biased = (5 * np.array(member_truth) + 2) / 8  # what counting the round itself gives
+    assert np.mean(biased) - np.mean(member_estimates) > 0.05
+
+
+def test_poststratification_with_strata_correlated_with_losses_removes_the_bias() -> None:
+    """Two regions of equal size: region 0's devices have high losses and are online 80 %
+    of the time, region 1's low losses and 20 %. Cohorts of whoever is online: the cohort
+    quantile is biased up; post-stratified by region it is not."""
+    rng = np.random.default_rng(12)
+    n = 2000
+    strata = (np.arange(n) >= n // 2).astype(np.int64)
+    losses = np.where(strata == 0, 1.0 + rng.random(n), rng.random(n))
+    prob = np.where(strata == 0, 0.8, 0.2)
+    level = 0.3  # inside region 1's losses (at 0.5 the quantile is region 1's maximum)
+    population = CohortExact().estimate(Cohort(losses, np.ones(n), np.arange(n), 0.0), level,
+                                        NO_NOISE).threshold
+    post = PostStratified(strata)
+    naive, corrected = [], []
+    for _ in range(300):
+        online = np.flatnonzero(rng.random(n) < prob)
+        idx = rng.choice(online, size=100, replace=False)
+        cohort = Cohort(losses[idx], np.ones(100), idx, 0.0)
+        naive.append(CohortExact().estimate(cohort, level, NO_NOISE).threshold)
+        corrected.append(post.estimate(cohort, level, NO_NOISE).threshold)
+    # Monte-Carlo tolerance: 4 standard errors of the mean over the 300 cohorts
+    tolerance = 4 * np.std(corrected) / np.sqrt(300)
+    assert np.mean(naive) - population > 0.3
+    assert abs(np.mean(corrected) - population) < max(tolerance, 0.02)
+    assert np.mean(naive) - population > 10 * tolerance
 
 
 def test_secure_sum_bytes_hand_computed() -> None:
@@ -180,10 +274,24 @@ def test_panel_runs_shadows_on_identical_losses() -> None:
     cfg = EstimatorConfig(name="secure_bisection", shadow=("cohort_exact", "secure_mm", "ipw"))
     panel = EstimatorPanel(cfg, theta=0.5, num_devices=5, streams=Streams(0))
     panel.observe_online(0.0, np.arange(5))
-    cohort = Cohort(np.array([0.3, 0.9, 1.4, 2.0]), np.ones(4), np.arange(4), 0.0)
+    panel.observe_online(3600.0 * 24, np.arange(5))  # counts the first round's check-ins
+    cohort = Cohort(np.array([0.3, 0.9, 1.4, 2.0]), np.ones(4), np.arange(4), 3600.0 * 24)
     out = panel.estimate(cohort, round_idx=0)
     assert list(out) == ["secure_bisection", "cohort_exact", "secure_mm", "ipw"]
     assert out["cohort_exact"].threshold == 0.9
     # every device online in every observed round: equal π̂, so IPW = the cohort quantile
     assert out["ipw"].threshold == 0.9
-    assert 0.9 < out["secure_bisection"].threshold <= 0.9 + 1e-3
+    assert 0.9 - 1e-3 < out["secure_bisection"].threshold < 0.9  # keeps 0.9 and above
+
+
+def test_panel_poststratifies_by_the_strata_it_is_given() -> None:
+    cfg = EstimatorConfig(name="cohort_exact", shadow=("poststrat",))
+    strata = np.array([0, 0, 0, 1, 1, 1])  # three devices per region in the population
+    panel = EstimatorPanel(cfg, theta=0.5, num_devices=6, streams=Streams(0), strata=strata)
+    # the cohort has three devices of region 0 (low losses) and one of region 1 (high)
+    cohort = Cohort(np.array([0.1, 0.2, 0.3, 5.0]), np.ones(4), np.array([0, 1, 2, 3]), 0.0)
+    out = panel.estimate(cohort, round_idx=0)
+    assert out["cohort_exact"].threshold == 0.2  # weights 1/4 each: F(0.2) = 1/2
+    # post-stratified: region 0's devices weigh 3/3 each, region 1's device 3/1: F(0.3) =
+    # 3/6 reaches 1/2, so the quantile is 0.3
+    assert out["poststrat"].threshold == 0.3

@@ -8,24 +8,44 @@ estimator only uses what its protocol would reveal to the server:
 
 - ``cohort_exact``: losses in the clear, their weighted quantile (Laguel et al.,
   arXiv:2112.09429, Algorithm 2).
+- ``secure_bisection``: bisection on η keeping a bracket (low, high] with
+  F(low) < p ≤ F(high), F the cohort's α-weighted CDF, so the lower quantile
+  Q_p lies in it. Each step is one secure sum of (α_k 1[F_k ≤ mid], α_k,
+  1[low < F_k ≤ mid], 1[low < F_k ≤ high]): the counts tell how many devices
+  the bracket holds after the split.
+  After ⌈log2((high − low) / tol)⌉ steps it goes on halving until the bracket
+  holds one device (Q_p itself) or cannot be split in floating point (devices
+  tied at Q_p). The server broadcasts low and devices keep themselves iff
+  F_k > low: with no device in (low, Q_p), exactly the devices with F_k ≥ Q_p,
+  the keep set of ``cohort_exact``. η̂ = the smallest double above low.
 - ``secure_mm``: the quantile as the minimiser of the pinball loss
   Σ α_k ρ_p(F_k − η), ρ_p(u) = max(pu, (p − 1)u), by majorisation–minimisation
-  (the long paper's Appendix B.1; Hunter and Lange, "Quantile regression via
-  an MM algorithm", 2000): with β_k = α_k / max(|F_k − μ_t|, ε),
+  (the long paper's Appendix B.1, eq. 17; Hunter and Lange, "Quantile
+  regression via an MM algorithm", 2000): with β_k = α_k / max(|F_k − μ_t|, ε),
 
       μ_{t+1} = (Σ β_k F_k + (2p − 1) Σ α_k) / Σ β_k,
 
-  each iteration one secure sum of (β_k F_k, β_k); then η = μ is broadcast
-  and devices filter themselves (the long paper's Algorithm 3).
-- ``secure_bisection``: bisection on η; each step a secure sum of
-  (α_k 1[F_k ≤ η], α_k); η̂ = the upper end of the final bracket.
+  each iteration one secure sum of (β_k F_k, β_k). Where the weighted CDF is
+  flat near p the minimiser is an interval and μ can stop anywhere in it, so
+  a device at Q_p may be dropped; simfl departs from the paper by ending MM
+  with a bracketing step: widen (μ − δ, μ] or (μ, μ + δ] by doubling δ until
+  F(low) < p ≤ F(high) (one count sum each), then finish as
+  ``secure_bisection`` does, so the keep set is exact too.
 - ``tracking``: η carried across rounds and moved geometrically by the
   α-weighted share of devices below it, one bit each through a secure sum
   (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with
   Adaptive Clipping", NeurIPS 2021): η ← η exp(−γ (b̄ − p)).
 - ``ipw``: the cohort quantile with weights α_k / π̂_k(h), π̂_k(h) the device's
-  observed frequency of being online at UTC hour h (its check-ins, with a
-  Beta prior), a Horvitz–Thompson correction of who is online now.
+  frequency of being online at UTC hour h in the rounds *before* this one (its
+  check-ins, with a Beta prior), a Horvitz–Thompson correction of who is online
+  now. Counting the current round would count every cohort member online at
+  least once and bias π̂ up (halving the correction for a device online 20 % of
+  the time after six rounds at that hour).
+- ``poststrat``: the cohort quantile with each device's weight scaled by
+  N_s / m_s, N_s the training devices of its stratum (its region, which the
+  server knows at registration) and m_s the cohort devices of that stratum, so
+  each stratum carries its population share (post-stratification; a stratum
+  absent from the cohort is lost, a bias the study reports).
 
 Every secure sum can carry Gaussian noise (a differential-privacy knob) of
 standard deviation ``noise_std`` in units of one average device's weight:
@@ -87,6 +107,42 @@ class CohortExact:
         return Estimate(weighted_quantile(cohort.losses, cohort.weights, level))
 
 
+# Steps past the tolerance that a bracket may take to isolate the quantile (a double has
+# 52 mantissa bits: more steps could not split it further).
+_REFINE_STEPS = 64
+
+
+def _bisect(x: np.ndarray, alpha: np.ndarray, level: float, low: float, high: float,
+            tol: float, noise_std: float, rng: np.random.Generator) -> tuple[float, int]:
+    """Halve the bracket (low, high], F(low) < level <= F(high), until it is at most tol
+    wide and holds at most one device (or cannot be split); returns (low, secure sums).
+    Each sum is of (α 1[x <= mid], α, 1[low < x <= mid], 1[low < x <= high]): the last two
+    count the devices in the bracket after the split, whichever half is kept."""
+    sums = 0
+    min_steps = max(1, math.ceil(math.log2(max(high - low, tol) / tol))) if tol > 0 else 1
+    for step in range(min_steps + _REFINE_STEPS):
+        mid = 0.5 * (low + high)
+        if mid <= low or mid >= high:  # no double in between: the devices inside are tied
+            break
+        in_low_half = (x > low) & (x <= mid)
+        below, total, lower_half, inside = _noisy_sum(
+            np.stack([alpha * (x <= mid), alpha, in_low_half.astype(float),
+                      ((x > low) & (x <= high)).astype(float)], 1), noise_std, rng)
+        sums += 1
+        if below >= level * total:
+            high, inside = mid, lower_half
+        else:
+            low, inside = mid, inside - lower_half
+        if step + 1 >= min_steps and inside <= 1.5:  # one device left: Q_p alone
+            break
+    return low, sums
+
+
+def _keep_above(low: float) -> float:
+    """The threshold t with F_k >= t exactly when F_k > low (for float64 losses)."""
+    return float(np.nextafter(low, np.inf))
+
+
 @dataclass(frozen=True)
 class SecureMM:
     iterations: int = 30
@@ -96,10 +152,11 @@ class SecureMM:
     name: str = "secure_mm"
     losses_in_clear: bool = False
 
-    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+    def iterate(self, cohort: Cohort, level: float, rng: np.random.Generator
+                ) -> tuple[float, int]:
+        """The MM iterate μ (eq. 17) and the secure sums it took: the weighted mean first,
+        then one sum per iteration until μ moves by at most ``tol``."""
         x, alpha = cohort.losses, cohort.weights
-        k = len(x)
-        # First sum: (α_k F_k, α_k) gives the weighted mean as the starting point.
         total_x, total_alpha = _noisy_sum(np.stack([alpha * x, alpha], 1), self.noise_std, rng)
         mu = total_x / total_alpha
         sums = 1
@@ -112,8 +169,37 @@ class SecureMM:
             mu = new_mu
             if moved <= self.tol:
                 break
-        exchanges = sum((secure_sum(k, 2) for _ in range(sums)), ()) + (broadcast_threshold(),)
-        return Estimate(float(mu), exchanges, sums)
+        return float(mu), sums
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+        x, alpha = cohort.losses, cohort.weights
+        k = len(x)
+        mu, sums = self.iterate(cohort, level, rng)
+        low, high, bracket_sums = self._bracket(x, alpha, level, mu, rng)
+        low, bisect_sums = _bisect(x, alpha, level, low, high, self.tol, self.noise_std, rng)
+        mm_sums = sum((secure_sum(k, 2) for _ in range(sums)), ())
+        count_sums = (sum((secure_sum(k, 2) for _ in range(bracket_sums)), ())
+                      + sum((secure_sum(k, 4) for _ in range(bisect_sums)), ()))
+        return Estimate(_keep_above(low), mm_sums + count_sums + (broadcast_threshold(),),
+                        sums + bracket_sums + bisect_sums)
+
+    def _bracket(self, x: np.ndarray, alpha: np.ndarray, level: float, mu: float,
+                 rng: np.random.Generator) -> tuple[float, float, int]:
+        """(low, high] around μ with F(low) < level <= F(high), by doubling its width."""
+        def reaches(u: float) -> bool:
+            below, total = _noisy_sum(np.stack([alpha * (x <= u), alpha], 1),
+                                      self.noise_std, rng)
+            return bool(below >= level * total)
+
+        width, sums = max(self.tol, abs(mu) * 1e-12), 1
+        at_mu = reaches(mu)
+        for _ in range(2 * _REFINE_STEPS):
+            edge = mu - width if at_mu else mu + width
+            sums += 1
+            if reaches(edge) != at_mu:
+                return (edge, mu, sums) if at_mu else (mu, edge, sums)
+            width *= 2.0
+        raise RuntimeError("secure_mm: no bracket of the quantile found")  # finite losses
 
 
 @dataclass(frozen=True)
@@ -125,25 +211,14 @@ class SecureBisection:
     name: str = "secure_bisection"
     losses_in_clear: bool = False
 
-    @property
-    def steps(self) -> int:
-        return max(1, math.ceil(math.log2((self.high - self.low) / self.tol)))
-
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
-        """Keeps F(low) < level ≤ F(high) for the cohort's weighted CDF F, so the lower
-        quantile lies in (low, high]; returns high (clamped to the initial range)."""
+        """Bisection from the configured range (losses outside it count as its ends), then
+        the devices with F_k > low keep themselves; see the module docstring."""
         x, alpha = cohort.losses, cohort.weights
-        low, high = self.low, self.high
-        for _ in range(self.steps):
-            mid = 0.5 * (low + high)
-            below, total = _noisy_sum(np.stack([alpha * (x <= mid), alpha], 1),
-                                      self.noise_std, rng)
-            if below >= level * total:
-                high = mid
-            else:
-                low = mid
-        exchanges = sum((secure_sum(len(x), 2) for _ in range(self.steps)), ())
-        return Estimate(high, exchanges + (broadcast_threshold(),), self.steps)
+        low, sums = _bisect(x, alpha, level, self.low, self.high, self.tol, self.noise_std,
+                            rng)
+        exchanges = sum((secure_sum(len(x), 4) for _ in range(sums)), ())
+        return Estimate(_keep_above(low), exchanges + (broadcast_threshold(),), sums)
 
 
 @dataclass
@@ -182,21 +257,27 @@ class CheckIns:
 
     num_devices: int
     prior: float = 1.0
-    seen: np.ndarray = field(init=False)  # (N, 24) check-ins
-    rounds: np.ndarray = field(init=False)  # (24,) observation rounds
+    seen: np.ndarray = field(init=False)  # (N, 24) check-ins of earlier rounds
+    rounds: np.ndarray = field(init=False)  # (24,) earlier observation rounds
+    pending: tuple[int, np.ndarray] | None = field(init=False)  # this round's (hour, online)
 
     def __post_init__(self) -> None:
         self.seen = np.zeros((self.num_devices, HOURS_PER_DAY), dtype=np.int32)
         self.rounds = np.zeros(HOURS_PER_DAY, dtype=np.int64)
+        self.pending = None
 
     @staticmethod
     def hour(t_s: float) -> int:
         return int(t_s // 3600) % HOURS_PER_DAY
 
     def observe(self, t_s: float, online_idx: np.ndarray) -> None:
-        h = self.hour(t_s)
-        self.rounds[h] += 1
-        self.seen[online_idx, h] += 1
+        """The check-ins of the round opening now: counted from the next round on, so a
+        round's estimate uses only the rounds before it."""
+        if self.pending is not None:
+            h, online = self.pending
+            self.rounds[h] += 1
+            self.seen[online, h] += 1
+        self.pending = (self.hour(t_s), np.asarray(online_idx, dtype=np.int64))
 
     def online_prob(self, device_idx: np.ndarray, t_s: float) -> np.ndarray:
         h = self.hour(t_s)
@@ -205,6 +286,22 @@ class CheckIns:
 
 class OnlineRates(Protocol):
     def online_prob(self, device_idx: np.ndarray, t_s: float) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class PostStratified:
+    """Cohort quantile with weights α_k N_s / m_s (see the module docstring)."""
+
+    strata: np.ndarray  # (N,) stratum of every training device (its region)
+    name: str = "poststrat"
+    losses_in_clear: bool = True
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+        population = np.bincount(self.strata)
+        stratum = self.strata[cohort.client_idx]
+        in_cohort = np.bincount(stratum, minlength=population.size)
+        scale = population[stratum] / in_cohort[stratum]
+        return Estimate(weighted_quantile(cohort.losses, cohort.weights * scale, level))
 
 
 @dataclass(frozen=True)

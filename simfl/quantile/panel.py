@@ -18,6 +18,7 @@ from simfl.quantile.estimators import (
     CohortExact,
     Estimate,
     Estimator,
+    PostStratified,
     SecureBisection,
     SecureMM,
     Tracking,
@@ -27,7 +28,8 @@ from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig
 
 
-def _factories(cfg: EstimatorConfig, checkins: CheckIns) -> dict[str, Callable[[], Estimator]]:
+def _factories(cfg: EstimatorConfig, checkins: CheckIns,
+               strata: np.ndarray) -> dict[str, Callable[[], Estimator]]:
     mm, bis, tr = cfg.secure_mm, cfg.secure_bisection, cfg.tracking
     return {
         "cohort_exact": CohortExact,
@@ -36,6 +38,7 @@ def _factories(cfg: EstimatorConfig, checkins: CheckIns) -> dict[str, Callable[[
                                                     noise_std=cfg.noise_std),
         "tracking": lambda: Tracking(tr.initial, tr.step, noise_std=cfg.noise_std),
         "ipw": lambda: IPW(checkins),
+        "poststrat": lambda: PostStratified(strata),
     }
 
 
@@ -43,10 +46,14 @@ class EstimatorPanel:
     """Runs every configured estimator on each cohort; holds their state over rounds."""
 
     def __init__(self, cfg: EstimatorConfig, theta: float, num_devices: int,
-                 streams: Streams) -> None:
+                 streams: Streams, strata: np.ndarray | None = None) -> None:
+        """``strata``: (N,) the stratum (region) of every training device, for
+        ``poststrat`` (default: one stratum, the cohort quantile)."""
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
         self.checkins = CheckIns(num_devices, cfg.ipw.prior)
-        factories = _factories(cfg, self.checkins)
+        if strata is None:
+            strata = np.zeros(num_devices, dtype=np.int64)
+        factories = _factories(cfg, self.checkins, np.asarray(strata, dtype=np.int64))
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
         self.estimators: list[Estimator] = [factories[name]() for name in names]
         self.wants_checkins = any(isinstance(e, IPW) for e in self.estimators)
