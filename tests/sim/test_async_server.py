@@ -28,8 +28,8 @@ from simfl.scenario import (
     TrainConfig,
 )
 from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
-from simfl.sim.network import LinkSharing
 from simfl.sim.health import Health
+from simfl.sim.network import LinkSharing
 from simfl.sim.server import Fleet, LearnerLike, sync_server
 from simfl.train import build_model, initial_params
 from simfl.train.learner import Learner

@@ -17,8 +17,8 @@ from simfl.quantile.secagg import Exchange
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
-from simfl.sim.network import LinkSharing
 from simfl.sim.health import Health
+from simfl.sim.network import LinkSharing
 from simfl.sim.server import Fleet, sync_server
 
 LOSS_REPORT_BYTES = 4
