@@ -295,3 +295,14 @@ def test_panel_poststratifies_by_the_strata_it_is_given() -> None:
     # post-stratified: region 0's devices weigh 3/3 each, region 1's device 3/1: F(0.3) =
     # 3/6 reaches 1/2, so the quantile is 0.3
     assert out["poststrat"].threshold == 0.3
+
+
+def test_secure_keep_sets_agree_where_the_weights_reach_the_level_exactly() -> None:
+    # three weights of 1/3 reach level 2/3 at the second value, up to rounding: every
+    # estimator must take the second value (the kernels' comparison slack), not the third
+    cohort = Cohort(np.array([0.5, 1.0, 4.0]), np.full(3, 1 / 3), np.arange(3), 0.0)
+    exact = CohortExact().estimate(cohort, 2 / 3, NO_NOISE).threshold
+    assert exact == 1.0
+    for est in (SecureBisection(0.0, 16.0, 1e-3), SecureMM(30, 1e-4)):
+        threshold = est.estimate(cohort, 2 / 3, NO_NOISE).threshold
+        assert _keep(cohort, threshold).tolist() == [False, True, True], est.name

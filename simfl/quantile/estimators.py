@@ -60,7 +60,7 @@ from typing import Protocol
 
 import numpy as np
 
-from simfl.quantile.kernels import weighted_quantile
+from simfl.quantile.kernels import LEVEL_SLACK, weighted_quantile
 from simfl.quantile.secagg import Exchange, broadcast_threshold, secure_sum
 
 HOURS_PER_DAY = 24
@@ -129,7 +129,7 @@ def _bisect(x: np.ndarray, alpha: np.ndarray, level: float, low: float, high: fl
             np.stack([alpha * (x <= mid), alpha, in_low_half.astype(float),
                       ((x > low) & (x <= high)).astype(float)], 1), noise_std, rng)
         sums += 1
-        if below >= level * total:
+        if below >= (level - LEVEL_SLACK) * total:
             high, inside = mid, lower_half
         else:
             low, inside = mid, inside - lower_half
@@ -189,7 +189,7 @@ class SecureMM:
         def reaches(u: float) -> bool:
             below, total = _noisy_sum(np.stack([alpha * (x <= u), alpha], 1),
                                       self.noise_std, rng)
-            return bool(below >= level * total)
+            return bool(below >= (level - LEVEL_SLACK) * total)
 
         width, sums = max(self.tol, abs(mu) * 1e-12), 1
         at_mu = reaches(mu)

@@ -22,7 +22,7 @@ import numpy as np
 
 # Cumulative weights are compared with the level up to this slack, so that, e.g.,
 # three weights of 1/3 reach level 2/3 at the second value despite rounding.
-_LEVEL_SLACK = 1e-12
+LEVEL_SLACK = 1e-12
 
 
 def _normalised(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -42,7 +42,7 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, level: float) -> 
     values, weights = _normalised(values, weights)
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(weights[order])
-    idx = int(np.searchsorted(cumulative, level - _LEVEL_SLACK, side="left"))
+    idx = int(np.searchsorted(cumulative, level - LEVEL_SLACK, side="left"))
     return float(values[order][min(idx, len(values) - 1)])
 
 
