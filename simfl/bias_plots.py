@@ -57,6 +57,35 @@ def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
     return fig
 
 
+DECOMPOSITION = ("sampling_bias", "availability_bias", "selection_bias")
+
+
+def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
+    """One run: each estimator's mean bias after the burn-in split into its sampling,
+    availability and selection terms (stacked bars; the dot is the total bias)."""
+    rows = bias_rows(bias).filter(pl.col("mc_draws") > 0).group_by("estimator").agg(
+        *(pl.col(c).mean() for c in (*DECOMPOSITION, "bias"))).sort("estimator")
+    fig, ax = _new_axes((7.0, 4.5))
+    names = rows["estimator"].to_list()
+    x = list(range(len(names)))
+    for values, sign in ((rows, 1.0), (rows, -1.0)):  # positive and negative parts apart
+        bottom = [0.0] * len(names)
+        for i, column in enumerate(DECOMPOSITION):
+            part = [max(sign * v, 0.0) * sign for v in values[column].to_list()]
+            ax.bar(x, part, bottom=bottom, color=f"C{i}", width=0.6,
+                   label=column.removesuffix("_bias") if sign > 0 else None)
+            bottom = [b + p for b, p in zip(bottom, part, strict=True)]
+    ax.plot(x, rows["bias"].to_list(), "k.", ms=9, label="total bias")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xticks(x, names, rotation=20)
+    ax.legend(fontsize="small")
+    draws = bias["mc_draws"].to_numpy().max(initial=0)
+    ax.set(ylabel="bias of η̂ (loss)",
+           title=f"Threshold bias by cause, θ = {bias['theta'][0]:g} "
+                 f"({draws} random cohorts per term)")
+    return fig
+
+
 def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure:
     """Mean (± sd over runs) of ``column`` vs the sweep axis ``x``, a line per estimator,
     a panel per variant when the sweep has variants."""
@@ -150,4 +179,8 @@ def plot_run_bias(run_dir: Path) -> list[Path]:
     out = Path(run_dir) / "plots" / "threshold_estimates.png"
     out.parent.mkdir(exist_ok=True)
     plot_estimates_over_rounds(bias).savefig(out, dpi=120)
-    return [out]
+    written = [out]
+    if "mc_draws" in bias.columns and bias_rows(bias).filter(pl.col("mc_draws") > 0).height:
+        written.append(out.with_name("bias_decomposition.png"))
+        plot_bias_decomposition(bias).savefig(written[-1], dpi=120)
+    return written

@@ -87,6 +87,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("oracle_quantile", pa.float64()),  # Q_pop(w_t) over all training devices (bias rounds)
         ("bias", pa.float64()),  # estimate - oracle_quantile
         ("realized_conformity", pa.float64()),  # α-weight of the population with F_k >= η̂
+        # bias = sampling_bias + availability_bias + selection_bias (bias rounds; else null):
+        # E[η̂ | random cohort of all devices] − Q_pop, E[η̂ | random cohort of those online]
+        # − the former, and this round's η̂ − the latter (simfl.quantile.panel)
+        ("sampling_bias", pa.float64()),
+        ("availability_bias", pa.float64()),
+        ("selection_bias", pa.float64()),
+        ("mc_draws", pa.int64()),  # random cohorts behind each expectation (0: none)
     ]),
     "availability": pa.schema([
         ("t_s", pa.float64()),  # start of the simulated hour

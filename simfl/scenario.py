@@ -162,6 +162,9 @@ class EstimatorConfig:
     # Rounds between evaluations of F_k(w_t) on every training device for the
     # population quantile and the realized conformity (0 = never).
     bias_every: int = _f(0, NON_NEGATIVE)
+    # On bias rounds, Monte-Carlo draws of random cohorts (of the cohort's size) from all
+    # training devices and from those online now, for the bias decomposition (0 = off).
+    decomposition_draws: int = _f(50, NON_NEGATIVE)
     noise_std: float = _f(0.0, NON_NEGATIVE)  # Gaussian noise on every secure sum (DP knob)
     secure_mm: SecureMMConfig = _f(SecureMMConfig)
     secure_bisection: BisectionConfig = _f(BisectionConfig)

@@ -306,3 +306,53 @@ def test_secure_keep_sets_agree_where_the_weights_reach_the_level_exactly() -> N
     for est in (SecureBisection(0.0, 16.0, 1e-3), SecureMM(30, 1e-4)):
         threshold = est.estimate(cohort, 2 / 3, NO_NOISE).threshold
         assert _keep(cohort, threshold).tolist() == [False, True, True], est.name
+
+
+def _decomposition_panel(draws: int, online: np.ndarray, n: int) -> EstimatorPanel:
+    cfg = EstimatorConfig(name="cohort_exact", shadow=("secure_bisection", "tracking", "ipw"),
+                          bias_every=1, decomposition_draws=draws)
+    panel = EstimatorPanel(cfg, theta=0.5, num_devices=n, streams=Streams(3))
+    panel.observe_online(0.0, online)
+    return panel
+
+
+def test_the_bias_decomposition_adds_up_to_the_bias() -> None:
+    rng = np.random.default_rng(13)
+    n = 300
+    losses, weights = rng.gamma(2.0, 1.0, n), rng.integers(50, 300, n).astype(float)
+    online = np.flatnonzero(losses > 1.0)  # who is online is correlated with the loss
+    panel = _decomposition_panel(40, online, n)
+    idx = np.sort(rng.choice(online, 12, replace=False))
+    cohort = Cohort(losses[idx], weights[idx] / weights.mean(), idx, 0.0)
+    cols = panel.bias_columns(0, cohort, panel.estimate(cohort, 0), (losses, weights))
+    total = cols["sampling_bias"] + cols["availability_bias"] + cols["selection_bias"]
+    assert np.allclose(total, cols["bias"], rtol=0, atol=1e-12)
+    assert cols["mc_draws"] == 40
+    # devices online here have losses above 1: availability pushes every cohort-based
+    # estimate up; tracking filters with its carried η whatever the cohort (terms 0)
+    by_name = dict(zip(cols["estimator"], cols["availability_bias"], strict=True))
+    assert by_name.pop("tracking") == 0.0
+    assert min(by_name.values()) > 0.3
+    # the draws start from the state the round's estimate started from
+    tracking = list(cols["estimator"]).index("tracking")
+    assert cols["selection_bias"][tracking] == 0.0
+
+
+def test_the_sampling_term_matches_the_order_statistic_expectation() -> None:
+    """i.i.d. unweighted losses: a random cohort of K of the N devices has the lower median
+    at its ceil(K/2)-th order statistic, whose expectation over K-subsets is exact."""
+    from math import comb
+
+    rng = np.random.default_rng(14)
+    n, k, draws = 120, 10, 3000
+    losses = np.sort(rng.exponential(1.0, n))
+    panel = _decomposition_panel(draws, np.arange(n), n)
+    j = 5  # the lower quantile at level 1/2 of 10 values: the 5th smallest
+    expected = sum(losses[i - 1] * comb(i - 1, j - 1) * comb(n - i, k - j)
+                   for i in range(1, n + 1)) / comb(n, k)
+    oracle = losses[n // 2 - 1]  # the population's lower median
+    cohort = Cohort(losses[:k], np.ones(k), np.arange(k), 0.0)
+    cols = panel.bias_columns(0, cohort, panel.estimate(cohort, 0), (losses, np.ones(n)))
+    sampling = cols["sampling_bias"][0]  # cohort_exact's row
+    spread = np.std([np.sort(rng.choice(losses, k, replace=False))[j - 1] for _ in range(2000)])
+    assert sampling == pytest.approx(expected - oracle, abs=4 * spread / np.sqrt(draws))

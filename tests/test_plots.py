@@ -288,3 +288,22 @@ def test_error_ecdf_draws_each_label_up_to_one() -> None:
     tops = sorted(float(np.max(line.get_xdata()[np.isfinite(line.get_xdata())]))
                   for line in curves)
     assert tops == [0.3, 0.5]
+
+
+def test_the_bias_decomposition_figure_stacks_the_three_terms(tmp_path: Path) -> None:
+    import polars as pl
+
+    from simfl.bias_plots import plot_bias_decomposition
+
+    rows = pl.DataFrame({
+        "round": [10, 10], "estimator": ["a", "b"], "theta": [0.5, 0.5],
+        "oracle_quantile": [1.0, 1.0], "realized_conformity": [0.5, 0.5],
+        "sampling_bias": [0.1, -0.2], "availability_bias": [0.3, 0.1],
+        "selection_bias": [-0.05, 0.0], "bias": [0.35, -0.1], "mc_draws": [50, 50]})
+    fig = plot_bias_decomposition(rows)
+    ax = fig.axes[0]
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches if p.get_height() != 0)
+    # a: +0.1, +0.3 and -0.05; b: -0.2 and +0.1 (zero-height parts are not drawn)
+    assert heights == [-0.2, -0.05, 0.1, 0.1, 0.3]
+    totals = [line for line in ax.lines if line.get_marker() == "."][0]
+    assert list(totals.get_ydata()) == [0.35, -0.1]

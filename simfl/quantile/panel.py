@@ -3,10 +3,27 @@
 Shadow estimators see exactly the cohort losses the driving one sees, every
 round, so their biases are compared on identical draws (docs/design.md §7); only
 the driving estimator's protocol is charged on the wire.
+
+On bias rounds the bias η̂ − Q_pop of each estimator is decomposed by cause,
+
+    bias = (E_all − Q_pop) + (E_online − E_all) + (η̂ − E_online),
+           sampling         availability          selection
+
+E_all the estimator's expected η̂ on a uniformly random cohort of the same size
+from *all* training devices (the cohort's size and the quantile's
+discreteness), E_online the same from the devices online when the round opened
+(who is available at that hour), and η̂ the estimate on the cohort that
+actually reported (over-selection keeping the first to finish, deadlines,
+dropouts; in async mode staleness too). The expectations are Monte-Carlo means
+over ``decomposition_draws`` cohorts, on the population's losses under the
+same model, with the estimator's state at this round (a copy: the draws never
+advance it). The three terms add up to the bias by construction; their sizes
+say which cause dominates.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -56,7 +73,10 @@ class EstimatorPanel:
         factories = _factories(cfg, self.checkins, np.asarray(strata, dtype=np.int64))
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
         self.estimators: list[Estimator] = [factories[name]() for name in names]
-        self.wants_checkins = any(isinstance(e, IPW) for e in self.estimators)
+        self.draws = cfg.decomposition_draws if cfg.bias_every else 0
+        self.wants_checkins = self.draws > 0 or any(isinstance(e, IPW) for e in self.estimators)
+        self.online = np.arange(num_devices)  # devices online when the last round opened
+        self.before: list[Estimator] = self.estimators  # their state before this round
 
     @property
     def driver(self) -> Estimator:
@@ -64,6 +84,8 @@ class EstimatorPanel:
 
     def estimate(self, cohort: Cohort, round_idx: int) -> dict[str, Estimate]:
         """Every estimator's η̂ on this cohort, the driving one first."""
+        if self.draws:  # the state the round's estimates start from, for the decomposition
+            self.before = [copy.copy(e) for e in self.estimators]
         return {e.name: e.estimate(cohort, self.level,
                                    self.streams.numpy(f"quantile_noise/{e.name}", round_idx))
                 for e in self.estimators}
@@ -71,6 +93,7 @@ class EstimatorPanel:
     def observe_online(self, t_s: float, online_idx: np.ndarray) -> None:
         if self.wants_checkins:
             self.checkins.observe(t_s, online_idx)
+            self.online = np.asarray(online_idx, dtype=np.int64)
 
     def bias_columns(self, round_idx: int, cohort: Cohort, estimates: dict[str, Estimate],
                      population: tuple[np.ndarray, np.ndarray] | None
@@ -79,12 +102,14 @@ class EstimatorPanel:
         = (F_k(w_t), α_k) over every training device on bias rounds, else None."""
         names = list(estimates)
         eta = np.array([estimates[n].threshold for n in names])
-        oracle = conformity = np.full(len(names), np.nan)
+        oracle = conformity = e_all = e_online = np.full(len(names), np.nan)
         if population is not None:
             losses, weights = population
             oracle = np.full(len(names), weighted_quantile(losses, weights, self.level))
             # (E,) α-weight of the population at or above each estimate
             conformity = (losses[None, :] >= eta[:, None]) @ weights / weights.sum()
+            if self.draws:
+                e_all, e_online = self._expected(round_idx, cohort, losses, weights)
         protocol_bytes = [sum(x.up_bytes + x.down_bytes for x in estimates[n].exchanges)
                           for n in names]
         return dict(round=round_idx, t_s=cohort.t_s, estimator=names,
@@ -92,4 +117,23 @@ class EstimatorPanel:
                     cohort_size=len(cohort.losses),
                     secure_sums=np.array([estimates[n].secure_sums for n in names]),
                     protocol_bytes=np.array(protocol_bytes, dtype=np.int64),
-                    oracle_quantile=oracle, bias=eta - oracle, realized_conformity=conformity)
+                    oracle_quantile=oracle, bias=eta - oracle, realized_conformity=conformity,
+                    sampling_bias=e_all - oracle, availability_bias=e_online - e_all,
+                    selection_bias=eta - e_online,
+                    mc_draws=self.draws if population is not None else 0)
+
+    def _expected(self, round_idx: int, cohort: Cohort, losses: np.ndarray,
+                  weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(E,) each estimator's mean η̂ over random cohorts of the cohort's size from all
+        training devices, and from the devices online when the round opened."""
+        size, alpha = len(cohort.losses), weights / weights.mean()
+        means = []
+        for pool_name, pool in (("all", np.arange(len(losses))), ("online", self.online)):
+            k = min(size, len(pool))
+            rng = self.streams.numpy(f"bias_mc/{pool_name}", round_idx)
+            draws = [np.sort(rng.choice(pool, size=k, replace=False)) for _ in range(self.draws)]
+            means.append(np.array([np.mean([
+                copy.copy(e).estimate(Cohort(losses[idx], alpha[idx], idx, cohort.t_s),
+                                          self.level, rng).threshold
+                for idx in draws]) for e in self.before]))
+        return means[0], means[1]
