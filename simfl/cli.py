@@ -101,6 +101,30 @@ def _drfl_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _data_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simfl data",
+        description="Write FEMNIST as simfl reads it (npz + sha256) from the forms "
+                    "researchers have: LEAF's json shards or TFF's HDF5 files.")
+    parser.add_argument("dataset", choices=("femnist",), help="the data set")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-leaf", type=Path, metavar="DIR",
+                        help="LEAF's data/femnist/data (its train/ and test/ json shards)")
+    source.add_argument("--from-tff", type=Path, nargs="+", metavar="FILE.h5",
+                        help="fed_emnist_train.h5 and fed_emnist_test.h5 (needs h5py)")
+    parser.add_argument("--out", type=Path, required=True, metavar="PATH.npz",
+                        help="the file to write (never replaced)")
+    return parser
+
+
+def _data(args: argparse.Namespace) -> int:
+    from simfl.data.convert import convert_femnist
+
+    summary = convert_femnist(args.out, leaf_dir=args.from_leaf, tff_files=args.from_tff or ())
+    print("\n".join(summary.lines()))
+    return 0
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         i, n = (int(part) for part in text.split("/"))
@@ -119,6 +143,7 @@ COMMANDS = {  # name: one line of help
     "sweep": "run every scenario of a sweep (Ray tasks, or in turn); --status",
     "collect": "gather a sweep's finished runs into one table per kind, with figures",
     "drfl": "DRFL's breast-cancer noise study (needs the drfl extra)",
+    "data": "make simfl's FEMNIST file from LEAF json or TensorFlow Federated .h5",
 }
 
 
@@ -148,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             return _resume(_resume_parser().parse_args(rest))
         if command == "drfl":
             return _drfl(_drfl_parser().parse_args(rest))
+        if command == "data":
+            return _data(_data_parser().parse_args(rest))
         if command in ("sweep", "collect"):
             return _sweep(command, _sweep_parser(command).parse_args(rest))
         if command == "run":

@@ -248,7 +248,7 @@ def test_a_mistyped_command_gets_a_suggestion(capsys: pytest.CaptureFixture[str]
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
-    for command in ("run", "resume", "plot", "trace", "sweep", "collect", "drfl"):
+    for command in ("run", "resume", "plot", "trace", "sweep", "collect", "drfl", "data"):
         assert f"\n  {command} " in text
 
 

@@ -203,3 +203,21 @@ def test_missing_data_message_names_the_conversion_command(monkeypatch: pytest.M
     for path in ("", str(tmp_path / "absent.npz")):
         with pytest.raises(InputError, match="python -m simfl data femnist --from-leaf DIR"):
             load_data(DataConfig(dataset="femnist", path=path), Streams(0))
+
+
+def test_the_data_command_converts_leaf_and_tff_and_never_replaces(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simfl.cli import main
+
+    data = make_writers(seed=2)
+    leaf_out, tff_out = tmp_path / "leaf.npz", tmp_path / "tff.npz"
+    leaf_dir = write_leaf(tmp_path / "leaf", data)
+    assert main(["data", "femnist", "--from-leaf", str(leaf_dir), "--out", str(leaf_out)]) == 0
+    assert f"wrote {leaf_out}" in capsys.readouterr().out
+    tff = [str(f) for f in write_tff(tmp_path, data)]
+    assert main(["data", "femnist", "--from-tff", *tff, "--out", str(tff_out)]) == 0
+    for key in ("images", "labels", "writer"):
+        np.testing.assert_array_equal(np.load(leaf_out)[key], np.load(tff_out)[key])
+    before = leaf_out.read_bytes()
+    assert main(["data", "femnist", "--from-leaf", str(leaf_dir), "--out", str(leaf_out)]) == 2
+    assert "simfl: error:" in capsys.readouterr().err and leaf_out.read_bytes() == before
