@@ -207,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     run_dir = args.out or Path("results") / scenario.name
     return _report(run_dir, lambda: run_scenario(scenario, run_dir, overwrite=args.overwrite,
-                                                 progress=not args.quiet))
+                                                 progress=not args.quiet, report=print))
 
 
 def _resume(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import platform
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -112,11 +113,14 @@ def _clear_run_dir(run_dir: Path) -> None:
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
-                 progress: bool = True) -> dict[str, Any]:
+                 progress: bool = True,
+                 report: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run ``scenario`` and write its tables and manifest into ``run_dir``; return the
-    manifest. Bad input (scenario against data, output directory) stops before any output."""
+    manifest. Bad input (scenario against data, output directory) stops before any output.
+    ``report`` gets one line on the population before the run starts."""
     prepare_run_dir(run_dir, overwrite)
     built = _build(scenario)
+    report(built.learner.data.describe())
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -75,3 +75,11 @@ class FederatedData:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train.x.shape[1:])
+
+    def describe(self) -> str:
+        """One line on the population a run uses: devices per side and the training
+        devices' samples (compare with the papers' Table 1)."""
+        n = self.train.num_samples
+        return (f"{self.name}: {self.train.num_clients} training devices (samples per device "
+                f"min {int(n.min())}, median {float(np.median(n)):g}, max {int(n.max())}), "
+                f"{self.test.num_clients} unseen test devices, {self.num_classes} classes")

@@ -227,3 +227,27 @@ def test_real_femnist_all_writers_with_100_samples() -> None:
     assert int(data.train.offsets[-1] + data.test.offsets[-1]) == 815_370
     assert data.train.x.shape[1:] == (1, 28, 28) and data.test.y.shape[0] == data.test.offsets[-1]
     assert min(data.train.num_samples.min(), data.test.num_samples.min()) >= 100
+
+
+@requires_data
+def test_the_paper_population_is_865_and_865_writers_drawn_from_the_seed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The papers (arXiv:2112.09429, App. C.1.1): writers with >= 100 images, a random half
+    of them (1,730), split in equal halves. scenarios/paper/femnist_linear.toml says so."""
+    from simfl.scenario import load_scenario
+
+    scenario = load_scenario(Path(__file__).parents[2] / "scenarios/paper/femnist_linear.toml")
+    assert scenario.data.max_clients == 1730 and scenario.data.min_samples_per_client == 100
+    draws = [load_data(scenario.data, Streams(seed)) for seed in (0, 0, 1)]
+    for data in draws:
+        assert (data.train.num_clients, data.test.num_clients) == (865, 865)
+        assert data.train.num_samples.min() >= 100 and data.test.num_samples.min() >= 100
+    same, other = draws[1], draws[2]
+    assert list(draws[0].train.client_ids) == list(same.train.client_ids)  # the seed decides
+    assert list(draws[0].train.client_ids) != list(other.train.client_ids)
+    # Table 1's median 179 samples per training device is a property of the population
+    assert abs(float(np.median(draws[0].train.num_samples)) - 179) <= 3
+    # what `python -m simfl` prints before a run starts
+    line = draws[0].describe()
+    assert line.startswith("femnist: 865 training devices (samples per device min ")
+    assert "865 unseen test devices, 62 classes" in line
