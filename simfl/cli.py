@@ -101,6 +101,27 @@ def _drfl_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tune_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simfl tune",
+        description="Run a tuning file's grid and choose per variant by its criterion "
+                    "(train_loss or holdout_p90); writes tuning.md and chosen.toml.")
+    parser.add_argument("tuning", type=Path, help="tuning TOML (a sweep with a criterion)")
+    parser.add_argument("--backend", choices=("auto", "ray", "sequential"), default="auto")
+    parser.add_argument("--quiet", action="store_true", help="no round progress bar")
+    return parser
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from simfl.tune import tune
+
+    result = tune(args.tuning, args.backend, progress=not args.quiet)
+    for variant, values in result.chosen.items():
+        print(f"{variant or 'all runs'}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
+    print(f"{result.report}\n{result.chosen_file}")
+    return 0
+
+
 def _data_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m simfl data",
@@ -144,6 +165,7 @@ COMMANDS = {  # name: one line of help
     "collect": "gather a sweep's finished runs into one table per kind, with figures",
     "drfl": "DRFL's breast-cancer noise study (needs the drfl extra)",
     "data": "make simfl's FEMNIST file from LEAF json or TensorFlow Federated .h5",
+    "tune": "pick hyper-parameters from a grid as the papers did (writes the evidence)",
 }
 
 
@@ -175,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             return _drfl(_drfl_parser().parse_args(rest))
         if command == "data":
             return _data(_data_parser().parse_args(rest))
+        if command == "tune":
+            return _tune(_tune_parser().parse_args(rest))
         if command in ("sweep", "collect"):
             return _sweep(command, _sweep_parser(command).parse_args(rest))
         if command == "run":

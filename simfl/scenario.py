@@ -74,6 +74,10 @@ class DataConfig:
     min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
     test_client_fraction: float = _f(0.5, FRACTION_OPEN)  # writer-level split: unseen test devices
     max_clients: int = _f(0, NON_NEGATIVE)  # subsample this many writers (0 = all)
+    # Tuning (python -m simfl tune): > 0 sets the unseen test writers aside and evaluates
+    # this share of the *training* writers as the "test" side instead (held out, never
+    # trained on), so a criterion on it never looks at the test devices.
+    validation_fraction: float = _f(0.0, (lambda v: 0 <= v < 1, "must be in [0, 1)"))
     # Standardise inputs with the training devices' mean and std. Off: images stay in
     # [0, 1] (MNIST polarity), the scale the papers' learning rates were tuned for.
     standardise: bool = True

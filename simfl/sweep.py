@@ -4,6 +4,8 @@ A sweep file names a scenario and the axes to vary::
 
     scenario = "../diurnal_emnist_small.toml"   # relative to the sweep file
     seeds = [0, 1, 2]
+    include = ["chosen.toml"]                   # [set] / [variants.*] of other files, e.g.
+                                                # a tuning's choice; the sweep's own win
     [set]                                       # overrides for every run
     "server.num_rounds" = 150
     [grid]                                      # every combination of these values
@@ -42,7 +44,7 @@ from simfl.metrics import error_summary
 from simfl.records import read_table
 from simfl.scenario import Scenario, is_plain_name, load_scenario, to_dict
 
-SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray"}
+SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
 RAY_KEYS = {"address", "num_cpus", "num_gpus"}
 COLLECTED_TABLES = ("rounds", "bias", "eval")
 
@@ -73,13 +75,13 @@ class Sweep:
         return self.runs[0].run_dir.parent
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)  # a TOML basic string
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return repr(value)
 
 
@@ -90,20 +92,47 @@ def _table(raw: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     return value
 
 
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} file not found") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InputError(f"{path}: invalid TOML: {e}") from None
+
+
 def load_sweep(path: str | Path, results_dir: Path = Path("results")) -> Sweep:
     """Read a sweep file, expand its grid and validate every run's scenario."""
     path = Path(path)
+    return sweep_from_table(read_toml(path, "sweep"), path, results_dir)
+
+
+def _include(raw: dict[str, Any], path: Path, source: str) -> None:
+    """Merge the ``[set]`` and ``[variants.*]`` tables of the files listed in ``include``
+    (e.g. a tuning's chosen.toml) under the sweep's own, which win."""
+    files = raw.pop("include", [])
+    if not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+        raise InputError(f"{source}: 'include' must be an array of file names")
+    for name in files:
+        included = read_toml(path.parent / name, "included")
+        for key in included.keys() - {"set", "variants"}:
+            raise InputError(f"{path.parent / name}: unknown key '{key}' (expected set, variants)")
+        raw["set"] = {**_table(included, "set", name), **_table(raw, "set", source)}
+        variants = _table(raw, "variants", source)
+        for vname, bundle in _table(included, "variants", name).items():
+            if vname not in variants:
+                raise InputError(f"{path.parent / name}: variant '{vname}' is not in {source}")
+            variants[vname] = {**bundle, **variants[vname]}
+
+
+def sweep_from_table(raw: dict[str, Any], path: Path, results_dir: Path) -> Sweep:
+    """A sweep from the parsed file ``path`` (relative names are resolved from it)."""
     source = str(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: sweep file not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: invalid TOML: {e}") from None
     for key in raw.keys() - SWEEP_KEYS:
         raise InputError(f"{source}: unknown key '{key}' (expected one of {sorted(SWEEP_KEYS)})")
     if not isinstance(raw.get("scenario"), str):
         raise InputError(f"{source}: 'scenario' (the scenario file) is required")
+    _include(raw, path, source)
     scenario = (path.parent / raw["scenario"]).resolve()
     seeds = raw.get("seeds", [0])
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
@@ -127,7 +156,7 @@ def load_sweep(path: str | Path, results_dir: Path = Path("results")) -> Sweep:
     if len(set(seeds)) != len(seeds):
         raise InputError(f"{source}: 'seeds' = {seeds} repeats a seed")
     for key, values in grid.items():
-        if key == "seed" or len({_toml_value(v) for v in values}) != len(values):
+        if key == "seed" or len({toml_value(v) for v in values}) != len(values):
             raise InputError(f"{source}: grid key '{key}' repeats a value or is the seed "
                              f"(use 'seeds')")
     runs = _expand(name, common, grid, variants, seeds, results_dir)
@@ -148,8 +177,8 @@ def _expand(name: str, common: dict[str, Any], grid: dict[str, list[Any]],
         params: dict[str, Any] = {"variant": vname} if vname else {}
         params |= {key.rsplit(".", 1)[-1]: v for key, v in zip(grid, values, strict=True)}
         params["seed"] = seed
-        overrides = [f"{k}={_toml_value(v)}" for k, v in (common | bundle).items()]
-        overrides += [f"{k}={_toml_value(v)}" for k, v in zip(grid, values, strict=True)]
+        overrides = [f"{k}={toml_value(v)}" for k, v in (common | bundle).items()]
+        overrides += [f"{k}={toml_value(v)}" for k, v in zip(grid, values, strict=True)]
         overrides.append(f"seed={seed}")
         run_id = ",".join(f"{k}={v}" for k, v in params.items())
         runs.append(SweepRun(run_id, params, tuple(overrides), results_dir / name / run_id))

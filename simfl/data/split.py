@@ -63,8 +63,11 @@ def split_clients(
     Keeps the clients with at least ``cfg.min_samples_per_client`` samples,
     subsamples ``cfg.max_clients`` of them if asked (0 = all), then sends
     ``round(cfg.test_client_fraction * kept)`` of them (at least one, and at
-    least one left for training) to the test side. ``source`` names the data in
-    the error raised when fewer than two clients remain.
+    least one left for training) to the test side. With
+    ``cfg.validation_fraction`` > 0 (tuning) those test clients are set aside and that
+    share of the training clients is returned as the test side instead (held out of
+    training). ``source`` names the data in the error raised when fewer than two
+    clients remain.
     """
     eligible = np.flatnonzero(np.asarray(num_samples) >= cfg.min_samples_per_client)
     if cfg.max_clients and len(eligible) > cfg.max_clients:
@@ -76,7 +79,14 @@ def split_clients(
         )
     num_test = min(max(round(cfg.test_client_fraction * len(eligible)), 1), len(eligible) - 1)
     shuffled = rng.permutation(eligible)
-    return np.sort(shuffled[num_test:]), np.sort(shuffled[:num_test])
+    train, test = shuffled[num_test:], shuffled[:num_test]
+    if cfg.validation_fraction > 0:  # tuning: test writers set aside, training ones held out
+        num_held = min(max(round(cfg.validation_fraction * len(train)), 1), len(train) - 1)
+        if len(train) < 2:
+            raise InputError(f"{source}: data.validation_fraction needs at least 2 training "
+                             f"clients, got {len(train)}")
+        train, test = train[num_held:], train[:num_held]
+    return np.sort(train), np.sort(test)
 
 
 def standardise(

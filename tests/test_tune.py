@@ -1,0 +1,111 @@
+"""Tuning as the papers did it: the held-out split, the criteria, the choice per variant,
+the evidence written, and the choice fed into a later sweep through ``include``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from simfl.data.split import split_clients
+from simfl.errors import InputError
+from simfl.scenario import DataConfig
+from simfl.sweep import load_sweep
+from simfl.tune import tune
+
+SCENARIO = """
+name = "tiny"
+seed = 1
+[data]
+dataset = "synthetic"
+[data.synthetic]
+num_clients = 40
+shared_model = 3.0
+[model]
+l2 = 1e-4
+[server]
+num_rounds = 8
+clients_per_round = 6
+[eval]
+every = 8
+"""
+
+
+def test_the_validation_split_holds_out_training_clients_and_sets_the_test_ones_aside() -> None:
+    sizes = np.full(100, 150)
+    plain = split_clients(sizes, DataConfig(), np.random.default_rng(0), "x")
+    held = split_clients(sizes, DataConfig(validation_fraction=0.2), np.random.default_rng(0),
+                         "x")
+    assert len(held[1]) == 10 and len(held[0]) == 40  # 20 % of the 50 training clients
+    assert set(held[0]) | set(held[1]) == set(plain[0])  # only training clients are used
+    assert not set(held[1]) & set(plain[1])  # the test clients are never evaluated
+
+
+@pytest.mark.parametrize("criterion", ["train_loss", "holdout_p90"])
+def test_tune_chooses_per_variant_and_writes_the_evidence(
+        criterion: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "lr.tune.toml"
+    spec.write_text(f'''scenario = "tiny.toml"
+name = "lr"
+criterion = "{criterion}"
+seeds = [0, 1]
+[grid]
+"train.lr" = [1e-4, 0.5]
+[variants.fedavg]
+"aggregator.name" = "fedavg"
+[variants.deltafl]
+"aggregator.name" = "deltafl"
+''')
+    result = tune(spec, backend="sequential")
+    assert result.table.height == 2 * 2 * 2  # variants x lr x seeds
+    for variant in ("fedavg", "deltafl"):
+        rows = result.table.filter(pl.col("variant") == variant)
+        means = rows.group_by("lr").agg(pl.col("criterion").mean()).sort("criterion")
+        assert result.chosen[variant] == {"train.lr": means["lr"][0]}  # the lowest mean
+    if criterion == "train_loss":  # 8 rounds at lr 1e-4 barely move the loss from ln 10
+        assert result.chosen["fedavg"] == {"train.lr": 0.5}
+    report = result.report.read_text()
+    assert "## fedavg" in report and "## deltafl" in report and report.count("chosen") >= 2
+    # the choice feeds a final sweep, per variant; the sweep's own values win
+    final = tmp_path / "final.sweep.toml"
+    final.write_text(f'''scenario = "tiny.toml"
+include = ["{result.chosen_file}"]
+[variants.fedavg]
+"aggregator.name" = "fedavg"
+[variants.deltafl]
+"aggregator.name" = "deltafl"
+"train.lr" = 0.01
+''')
+    runs = {run.params["variant"]: run.overrides for run in load_sweep(final).runs}
+    assert f"train.lr={result.chosen['fedavg']['train.lr']!r}" in runs["fedavg"]
+    assert "train.lr=0.01" in runs["deltafl"]
+    # the held-out split is the tuning's own: the final sweep evaluates the test devices
+    assert not any("validation_fraction" in o for o in runs["fedavg"])
+
+
+def test_a_failed_run_is_never_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "t.toml"
+    spec.write_text('scenario = "tiny.toml"\ncriterion = "train_loss"\n'
+                    '[grid]\n"train.lr" = [1e30, 0.1]\n')
+    result = tune(spec, backend="sequential")
+    assert result.chosen[""] == {"train.lr": 0.1}
+    assert math.isinf(result.table.filter(pl.col("lr") == 1e30)["criterion"][0])
+    assert "[set]" in result.chosen_file.read_text()
+
+
+def test_bad_tuning_files(tmp_path: Path) -> None:
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "t.toml"
+    spec.write_text('scenario = "tiny.toml"\ncriterion = "accuracy"\n[grid]\n"train.lr" = [1]\n')
+    with pytest.raises(InputError, match="'criterion' must be one of"):
+        tune(spec)
+    spec.write_text('scenario = "tiny.toml"\ncriterion = "train_loss"\n')
+    with pytest.raises(InputError, match=r"\[grid\]"):
+        tune(spec)
