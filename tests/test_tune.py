@@ -15,23 +15,11 @@ from simfl.errors import InputError
 from simfl.scenario import DataConfig
 from simfl.sweep import load_sweep
 from simfl.tune import tune
+from tests.test_bad_input import SCENARIO as TINY
 
-SCENARIO = """
-name = "tiny"
-seed = 1
-[data]
-dataset = "synthetic"
-[data.synthetic]
-num_clients = 40
-shared_model = 3.0
-[model]
-l2 = 1e-4
-[server]
-num_rounds = 8
-clients_per_round = 6
-[eval]
-every = 8
-"""
+# the bad-input table's tiny scenario, as FedAvg over 8 rounds
+SCENARIO = (TINY.replace('name = "deltafl"', 'name = "fedavg"')
+            .replace("num_rounds = 12", "num_rounds = 8").replace("every = 6", "every = 8"))
 
 
 def test_the_validation_split_holds_out_training_clients_and_sets_the_test_ones_aside() -> None:

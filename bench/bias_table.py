@@ -1,0 +1,50 @@
+"""The threshold-estimation study's table: per participation pattern, cohort size and
+estimator, the bias of η̂ and its three causes, and the realized-conformity gap, each
+as the mean over seeds ± the half-width of a 95 % t-interval (per run: the mean over its
+bias rounds after the burn-in, simfl.bias_plots.bias_rows).
+
+    python -m simfl collect scenarios/study/bias_v2.sweep.toml
+    python bench/bias_table.py results/bias_v2
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from simfl.bias_plots import DECOMPOSITION, bias_rows
+
+COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
+
+
+def ci(values: np.ndarray) -> str:
+    """mean ± half-width of the 95 % t-interval (n - 1 degrees of freedom)."""
+    n = len(values)
+    half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
+    return f"{values.mean():+.3f} ± {half:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
+    args = parser.parse_args()
+    bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
+    per_run = bias_rows(bias).group_by("variant", "clients_per_round", "seed", "estimator").agg(
+        pl.col(c).mean() for c in COLUMNS)
+    print("| pattern | K | estimator | seeds | bias | sampling | availability | selection "
+          "| conformity − θ |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    keys = ("variant", "clients_per_round", "estimator")
+    for group in per_run.sort(*keys).partition_by(*keys, maintain_order=True):
+        row = group.row(0, named=True)
+        cells = [ci(group[c].to_numpy()) for c in COLUMNS]
+        print(f"| {row['variant']} | {row['clients_per_round']} | {row['estimator']} "
+              f"| {group.height} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
