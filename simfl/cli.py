@@ -272,6 +272,12 @@ def _plot(args: argparse.Namespace) -> int:
         if out is not None:
             check_output_file(out, args.overwrite)
     for run_dir in args.run_dirs:
+        if not (run_dir / "manifest.json").is_file():
+            what = ("a sweep's folder: plot its runs (RUN_DIR/*/), or its collected figures "
+                    "come from python -m simfl collect") if any(run_dir.glob("*/manifest.json")) \
+                else "not a run directory (no manifest.json)"
+            raise InputError(f"{run_dir}: {what}")
+    for run_dir in args.run_dirs:
         for path in [*plot_run(run_dir), *plot_run_bias(run_dir)]:
             print(path)
     if args.compare:

@@ -277,3 +277,13 @@ def test_ctrl_c_on_a_sequential_sweep_stops_it_with_one_line(
     runs = tmp_path / "results" / "s.sweep"
     assert json.loads((runs / "seed=0" / "manifest.json").read_text())["status"] == "interrupted"
     assert not (runs / "seed=1").exists()  # the sweep stopped; it did not go on
+
+
+def test_plot_refuses_a_sweep_folder_instead_of_pooling_its_runs(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = tmp_path / "sweep"
+    assert cli([scenario, "--out", sweep / "seed=0", "--quiet"], capsys)[0] == 0
+    code, err, _ = cli(["plot", sweep], capsys)
+    assert code == 2 and "a sweep's folder" in err
+    code, err, _ = cli(["plot", tmp_path / "nothing"], capsys)
+    assert code == 2 and "not a run directory" in err
