@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from simfl.plots import P90_LABEL, _new_axes, byte_unit, tail_vs_bytes
 
@@ -46,14 +47,17 @@ def per_run_bias(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
 def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
     """One run: every estimator's η̂ per round and the population quantile where known."""
     fig, ax = _new_axes((7.0, 4.5))
+    missing = bias.filter(pl.col("estimate").is_null() | pl.col("estimate").is_nan())
     sns.lineplot(bias.to_pandas(), x="round", y="estimate", hue="estimator", ax=ax, lw=0.8)
     oracle = bias.filter(pl.col("oracle_quantile").is_not_null()).unique("round").sort("round")
     if oracle.height:
         ax.plot(oracle["round"], oracle["oracle_quantile"], "k.", ms=5,
                 label="population quantile")
         ax.legend(fontsize="small")
+    gaps = (f" ({missing['round'].n_unique()} rounds without a finite estimate, not drawn)"
+            if missing.height else "")
     ax.set(xlabel="round", ylabel="threshold η̂ (loss)",
-           title=f"Threshold estimates, θ = {bias['theta'][0]:g}")
+           title=f"Threshold estimates, θ = {bias['theta'][0]:g}{gaps}")
     return fig
 
 
@@ -106,6 +110,9 @@ def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure
         ax.set(title=variant or "", xlabel=x, ylabel=ylabel if i == 0 else "")
         if x == "clients_per_round":
             ax.set_xscale("log")
+            ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
     return fig
 
 
@@ -134,6 +141,13 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
         lines.append(test.with_columns(pl.lit(run_id).alias("run_id")))
     table = pl.concat(lines).join(drivers, on="run_id", how="left").with_columns(
         pl.col("estimator").fill_null("none (no filter)"))
+    # runs that differ in a sweep axis other than the seed are different lines
+    axes = [c for c in ("variant", "clients_per_round") if c in rounds.columns
+            and rounds[c].n_unique() > 1]
+    axis_of = rounds.group_by("run_id").agg(pl.col(a).first() for a in axes)
+    table = table.join(axis_of, on="run_id", how="left").with_columns(
+        pl.concat_str([pl.col("estimator"), *(pl.format(f", {a} {{}}", pl.col(a))
+                                              for a in axes)]).alias("estimator"))
     divisor, unit = byte_unit(float(table["bytes_cum"].to_numpy().max(initial=0.0)))
     fig, ax = _new_axes((7.0, 4.5))
     sns.lineplot(table.with_columns(pl.col("bytes_cum") / divisor).to_pandas(), x="bytes_cum",

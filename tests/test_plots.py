@@ -307,3 +307,59 @@ def test_the_bias_decomposition_figure_stacks_the_three_terms(tmp_path: Path) ->
     assert heights == [-0.2, -0.05, 0.1, 0.1, 0.3]
     totals = [line for line in ax.lines if line.get_marker() == "."][0]
     assert list(totals.get_ydata()) == [0.35, -0.1]
+
+
+def _study_bias(ks: tuple[int, ...]) -> pl.DataFrame:
+    import polars as pl
+
+    rows = []
+    for k in ks:
+        for seed in (0, 1):
+            for r in range(10):
+                rows.append({"run_id": f"k={k},seed={seed}", "clients_per_round": k,
+                             "seed": seed, "round": r, "estimator": "cohort_exact",
+                             "driver": True, "theta": 0.5, "estimate": 1.0 + 0.01 * k,
+                             "oracle_quantile": 1.0, "bias": 0.01 * k,
+                             "realized_conformity": 0.5, "protocol_bytes": 4,
+                             "secure_sums": 0, "cohort_size": k})
+    return pl.DataFrame(rows)
+
+
+def test_the_cohort_axis_is_labelled_with_the_sweep_values() -> None:
+    from simfl.bias_plots import plot_bias_by
+
+    ax = plot_bias_by(_study_bias((10, 50)), "clients_per_round", "bias", "bias").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "50"]
+    assert all(t.get_text() == "" for t in ax.xaxis.get_minorticklabels())
+
+
+def test_tail_vs_bytes_by_estimator_keeps_cohort_sizes_apart() -> None:
+    import polars as pl
+
+    from simfl.bias_plots import plot_tail_vs_bytes_by_estimator
+
+    bias = _study_bias((10, 50))
+    runs = bias.select("run_id", "clients_per_round").unique()
+    rounds = pl.concat([pl.DataFrame({"run_id": [r] * 3, "clients_per_round": [k] * 3,
+                                      "round": [0, 1, 2], "bytes_down": [100, 100, 100],
+                                      "bytes_up": [50, 50, 50]})
+                        for r, k in runs.iter_rows()])
+    ev = pl.concat([pl.DataFrame({"run_id": [r] * 4, "round": [0, 0, 3, 3],
+                                  "split": ["test"] * 4, "error": [0.5, 0.7, 0.2, 0.4],
+                                  "t_s": [0.0, 0.0, 1.0, 1.0]})
+                    for r, _ in runs.iter_rows()])
+    ax = plot_tail_vs_bytes_by_estimator(rounds, ev, bias).axes[0]
+    labels = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert labels == {"cohort_exact, clients_per_round 10", "cohort_exact, clients_per_round 50"}
+
+
+def test_threshold_estimates_say_how_many_rounds_had_no_finite_estimate() -> None:
+    import polars as pl
+
+    from simfl.bias_plots import plot_estimates_over_rounds
+
+    bias = _study_bias((10,)).filter(pl.col("seed") == 0).with_columns(
+        pl.when(pl.col("round") >= 7).then(float("nan")).otherwise(pl.col("estimate"))
+        .alias("estimate"))
+    title = plot_estimates_over_rounds(bias).axes[0].get_title()
+    assert "3 rounds without a finite estimate" in title
