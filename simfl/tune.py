@@ -51,6 +51,7 @@ from simfl.errors import InputError
 from simfl.metrics import error_summary
 from simfl.records import read_table, write_atomically
 from simfl.sweep import (
+    Sweep,
     SweepRun,
     is_complete,
     read_toml,
@@ -89,11 +90,9 @@ class Tuning:
     chosen_file: Path  # chosen.toml
 
 
-def tune(path: str | Path, backend: str = "auto", progress: bool = False,
-         results_dir: Path = Path("results")) -> Tuning:
-    """Run the tuning file's grid (runs already complete are reused), choose per
-    variant, write the evidence and the choice; see the module docstring."""
-    path = Path(path)
+def load_tuning(path: Path, results_dir: Path = Path("results")
+                ) -> tuple[Sweep, str, dict[str, object]]:
+    """(the sweep of the tuning file, its criterion, its grid); InputError on bad files."""
     raw = read_toml(path, "tuning")
     criterion = raw.pop("criterion", None)
     if criterion not in CRITERIA:
@@ -105,7 +104,15 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
     if criterion == "holdout_p90":
         common = raw.setdefault("set", {})
         common.setdefault("data.validation_fraction", DEFAULT_VALIDATION_FRACTION)
-    sweep = sweep_from_table(raw, path, results_dir)
+    return sweep_from_table(raw, path, results_dir), criterion, grid
+
+
+def tune(path: str | Path, backend: str = "auto", progress: bool = False,
+         results_dir: Path = Path("results")) -> Tuning:
+    """Run the tuning file's grid (runs already complete are reused), choose per
+    variant, write the evidence and the choice; see the module docstring."""
+    path = Path(path)
+    sweep, criterion, grid = load_tuning(path, results_dir)
     run_sweep(sweep, backend, progress=progress)
     keys = [key.rsplit(".", 1)[-1] for key in grid]
     table = pl.DataFrame([_row(run, keys, CRITERIA[criterion]) for run in sweep.runs])

@@ -12,7 +12,8 @@ from simfl.sweep import load_sweep
 
 ROOT = Path(__file__).parent.parent.joinpath("scenarios")
 SWEEPS = sorted(ROOT.rglob("*.sweep.toml"))
-SCENARIOS = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS))
+TUNINGS = sorted(ROOT.rglob("*.tune.toml"))  # sweeps with a criterion (simfl.tune)
+SCENARIOS = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS) - set(TUNINGS))
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
@@ -69,3 +70,11 @@ def test_defaults_and_name_from_file(tmp_path: Path) -> None:
     scenario = load_scenario(write(tmp_path, "seed = 3\n[train]\nlr = 1\n"))
     assert scenario.name == "s" and scenario.seed == 3
     assert scenario.train.lr == 1.0 and isinstance(scenario.train.lr, float)
+
+
+@pytest.mark.parametrize("path", TUNINGS, ids=[p.stem for p in TUNINGS])
+def test_shipped_tunings_expand_to_valid_scenarios(path: Path) -> None:
+    from simfl.tune import load_tuning
+
+    sweep, criterion, grid = load_tuning(path)
+    assert sweep.runs and grid and criterion
