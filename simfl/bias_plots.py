@@ -20,7 +20,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from simfl.plots import P90_LABEL, _new_axes, byte_unit, tail_vs_bytes
+from simfl.plots import P90_LABEL, byte_unit, new_axes, tail_vs_bytes
 
 RUN_KEYS = ("run_id",)
 BURN_IN_FRACTION = 0.2
@@ -46,7 +46,7 @@ def per_run_bias(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
 
 def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
     """One run: every estimator's η̂ per round and the population quantile where known."""
-    fig, ax = _new_axes((7.0, 4.5))
+    fig, ax = new_axes((7.0, 4.5))
     missing = bias.filter(pl.col("estimate").is_null() | pl.col("estimate").is_nan())
     sns.lineplot(bias.to_pandas(), x="round", y="estimate", hue="estimator", ax=ax, lw=0.8)
     oracle = bias.filter(pl.col("oracle_quantile").is_not_null()).unique("round").sort("round")
@@ -69,7 +69,7 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     availability and selection terms (stacked bars; the dot is the total bias)."""
     rows = bias_rows(bias).filter(pl.col("mc_draws") > 0).group_by("estimator").agg(
         *(pl.col(c).mean() for c in (*DECOMPOSITION, "bias"))).sort("estimator")
-    fig, ax = _new_axes((7.0, 4.5))
+    fig, ax = new_axes((7.0, 4.5))
     names = rows["estimator"].to_list()
     x = list(range(len(names)))
     for values, sign in ((rows, 1.0), (rows, -1.0)):  # positive and negative parts apart
@@ -121,7 +121,7 @@ def plot_protocol_cost(bias: pl.DataFrame) -> Figure:
     cost = bias.group_by("estimator").agg(pl.col("protocol_bytes").mean(),
                                           pl.col("secure_sums").mean()).sort("protocol_bytes")
     divisor, unit = byte_unit(float(cost["protocol_bytes"].to_numpy().max(initial=0.0)))
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     ax.barh(cost["estimator"], cost["protocol_bytes"] / divisor, color="C0")
     for y, (b, s) in enumerate(zip(cost["protocol_bytes"], cost["secure_sums"], strict=True)):
         ax.annotate(f" {s:.1f} secure sums", (b / divisor, y), va="center", fontsize="small")
@@ -149,7 +149,7 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
         pl.concat_str([pl.col("estimator"), *(pl.format(f", {a} {{}}", pl.col(a))
                                               for a in axes)]).alias("estimator"))
     divisor, unit = byte_unit(float(table["bytes_cum"].to_numpy().max(initial=0.0)))
-    fig, ax = _new_axes((7.0, 4.5))
+    fig, ax = new_axes((7.0, 4.5))
     sns.lineplot(table.with_columns(pl.col("bytes_cum") / divisor).to_pandas(), x="bytes_cum",
                  y="p90", hue="estimator", marker="o", errorbar="sd", ax=ax)
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",

@@ -138,7 +138,7 @@ def _duration_unit(max_s: float) -> tuple[float, str]:
 # --- figures --------------------------------------------------------------------
 
 
-def _new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
+def new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
     fig = Figure(figsize=figsize, layout="constrained")
     with sns.axes_style("whitegrid"):
         ax = fig.add_subplot()
@@ -150,7 +150,7 @@ def plot_test_error_hist(eval_df: pl.DataFrame) -> Figure:
     rows = last_round_rows(eval_df).filter(pl.col("split") == "test")
     errors = rows["error"].drop_nulls().to_numpy()
     summary = error_summary(errors)
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     sns.histplot(x=errors, bins=min(30, max(5, errors.size // 5)), ax=ax, color="C0")
     ax.axvline(summary["mean"], color="C1", ls="--", label=f"mean = {summary['mean']:.3f}")
     ax.axvline(summary["p90"], color="C3", ls="-", label=f"{P90_LABEL} = {summary['p90']:.3f}")
@@ -164,7 +164,7 @@ def plot_error_ecdf(errors: pl.DataFrame, title: str) -> Figure:
     """ECDF of per-device test errors, one line per ``label`` (columns label, error), with
     the 90th-percentile level marked: a rule that helps the tail shifts the top of its
     curve left."""
-    fig, ax = _new_axes((7.0, 4.5))
+    fig, ax = new_axes((7.0, 4.5))
     sns.ecdfplot(data=errors.to_pandas(), x="error", hue="label", ax=ax)
     sns.move_legend(ax, "lower right", title="run")
     ax.axhline(TAIL_LEVEL, color="0.5", ls=":", lw=1)
@@ -175,7 +175,7 @@ def plot_error_ecdf(errors: pl.DataFrame, title: str) -> Figure:
 def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
     """Per-device error vs local data size at the last eval round, one marker per split."""
     rows = last_round_rows(eval_df)
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     for split, marker, color in (("test", "o", "C0"), ("train", "^", "C2")):
         part = rows.filter(pl.col("split") == split)
         if part.height:
@@ -193,7 +193,7 @@ def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
 def plot_error_vs_rounds(eval_df: pl.DataFrame) -> Figure:
     """Mean and p90 error vs round; test solid, train dashed."""
     summary = error_by_round(eval_df)
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     for split, ls in (("test", "-"), ("train", "--")):
         part = summary.filter(pl.col("split") == split)
         for stat, color, name in (("mean", "C0", "mean"), ("p90", "C3", P90_LABEL)):
@@ -216,7 +216,7 @@ def plot_p90_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> Figure:
     """Test p90 error vs cumulative communication (bytes down + up)."""
     table = tail_vs_bytes(eval_df, rounds_df)
     divisor, unit = byte_unit(_max_bytes(table))
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     _plot_tail_vs_bytes(ax, table, divisor, "test")
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
            ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
@@ -226,7 +226,7 @@ def plot_p90_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> Figure:
 def plot_p90_vs_time(eval_df: pl.DataFrame) -> Figure:
     """Test p90 error vs simulated time of evaluation."""
     test = error_by_round(eval_df).filter(pl.col("split") == "test")
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".")
     ax.set(xlabel="simulated time (h)", ylabel=f"test error, {P90_LABEL}",
            title="Tail error vs simulated time")
@@ -238,7 +238,7 @@ def plot_staleness(clients_df: pl.DataFrame) -> Figure:
     by what the server did with them (aggregated, filtered by Δ-FL, dropped as stale)."""
     counts = staleness_counts(clients_df)
     taus = np.arange(int(counts["staleness"].to_numpy().max(initial=0)) + 1)
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     bottom = np.zeros(taus.size)
     for status, color in (("aggregated", "C0"), ("filtered", "C1"), ("stale", "C3")):
         part = counts.filter(pl.col("status") == status)
@@ -262,7 +262,7 @@ def plot_round_durations(rounds_df: pl.DataFrame) -> Figure:
     duration_s = (rounds_df["t_end_s"] - rounds_df["t_start_s"]).to_numpy()
     divisor, unit = _duration_unit(float(np.nanmax(duration_s)))
     t_div, t_unit = _duration_unit(float(start_s.max()) if start_s.size else 0.0)
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     ax.plot(start_s / t_div, duration_s / divisor, marker=".", ls="", ms=3, alpha=0.5,
             label="round")
     width_s, name = _time_bin(float(start_s.max() - start_s.min()) if start_s.size else 0.0)
@@ -304,7 +304,7 @@ def plot_availability(avail_df: pl.DataFrame, end_s: float | None = None) -> Fig
     if end <= times[0]:
         end = times[0] + step  # a run that ended at its start: show the first interval
     divisor, unit = _duration_unit(end)
-    fig, ax = _new_axes((7.5, 4.2))
+    fig, ax = new_axes((7.5, 4.2))
 
     def draw(part: pl.DataFrame, **style: object) -> None:
         t = np.append(part["t_s"].to_numpy(), end) / divisor
@@ -423,7 +423,7 @@ def compare_runs(run_dirs: list[Path], out: Path) -> Path:
         labels.append(run_label(run_dir))
     labels = _distinct(labels, run_dirs)
     divisor, unit = byte_unit(max((_max_bytes(t) for t in tables), default=0.0))
-    fig, ax = _new_axes((7.0, 4.5))
+    fig, ax = new_axes((7.0, 4.5))
     for table, label in zip(tables, labels, strict=True):
         _plot_tail_vs_bytes(ax, table, divisor, label)
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
@@ -445,7 +445,7 @@ def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
         curves.append(test)
         labels.append(f"{run_label(run_dir)}, {_server_mode(run_dir)}")
     labels = _distinct(labels, run_dirs)
-    fig, ax = _new_axes((7.0, 4.5))
+    fig, ax = new_axes((7.0, 4.5))
     for test, label in zip(curves, labels, strict=True):
         ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".",
                 ms=4, label=label)
