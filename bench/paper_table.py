@@ -1,28 +1,81 @@
-"""The reproduction table of a paper sweep: final test mean and 90th-percentile error.
+"""The reproduction table of a paper sweep, cell by cell against the Δ-FL papers.
 
-    python bench/paper_table.py scenarios/paper/convnet.sweep.toml [--errors OUT.parquet]
-        [--ecdf OUT.png]
+    python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
+        [--ecdf OUT.png] [--scatter OUT.png]
 
-Reads the manifest of every complete run of the sweep (its final evaluation's
-summary, wall time and device) and prints one markdown row per variant: mean
-± std over the seeds present of the unseen test devices' mean and 90th-percentile
-error, their sample-weighted mean (what the authors' code reports as the mean;
-its percentiles are unweighted, as ours), the number of seeds, and the wall
-time per run. ``--errors`` also writes
-the final per-device test errors of every run; ``--ecdf`` draws their ECDF, one line
-per variant (its lowest seed).
+Reads every complete run of the sweep (its manifest and final evaluation) and
+prints one markdown row per variant: simfl's mean ± std over the seeds present
+(n) of the unseen test devices' 90th-percentile and mean error, next to the
+papers' mean ± std over their 5 seeds, and Welch's two-sided t-test of the two
+(unequal variances, from the summary statistics; "agree" when p ≥ 0.05; with
+one simfl seed there is no test). Also the sample-weighted mean (what the
+authors' code reports as the mean) and the wall time per run.
+
+The papers' values: Pillutla, Laguel, Malick, Harchaoui, "Tackling Distribution
+Shifts in Federated Learning with Superquantile Aggregation" (NeurIPS 2022
+workshop), Tables 1-2 (every rule but FedAvg-Sub; the long paper's Tables 2-3
+repeat the FedAvg and Δ-FL cells), and the CISS 2021 paper's Table I for
+FedAvg-Sub (ConvNet only). ``../shared/papers/`` has both.
+
+``--errors`` writes the final per-device test errors of every run; ``--ecdf``
+draws their ECDF and ``--scatter`` the error against local data size, one
+colour per variant (its lowest seed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import numpy as np
 import polars as pl
+from scipy import stats
 
-from simfl.plots import plot_error_ecdf
+from simfl.plots import plot_error_ecdf, plot_error_vs_size_by_rule
+from simfl.scenario import load_scenario
 from simfl.sweep import is_complete, load_sweep
+
+PAPER_SEEDS = 5
+# (model, variant) -> ((p90 mean, std), (mean mean, std)), test error in %.
+PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = {
+    ("linear", "fedavg"): ((49.66, 0.67), (34.38, 0.38)),
+    ("linear", "fedprox"): ((49.15, 0.74), (33.82, 0.30)),
+    ("linear", "qffl"): ((49.90, 0.58), (34.34, 0.33)),
+    ("linear", "term"): ((48.59, 0.62), (34.02, 0.30)),
+    ("linear", "afl"): ((51.62, 0.28), (39.33, 0.27)),
+    ("linear", "deltafl_0_8"): ((49.10, 0.24), (34.49, 0.26)),
+    ("linear", "deltafl_0_5"): ((48.44, 0.38), (35.02, 0.20)),
+    ("linear", "deltafl_0_1"): ((50.34, 0.95), (38.33, 0.48)),
+    ("convnet", "fedavg"): ((28.46, 1.07), (16.64, 0.50)),
+    ("convnet", "fedavg_sub"): ((27.57, 0.81), (16.23, 0.23)),
+    ("convnet", "fedprox"): ((27.01, 1.86), (16.02, 0.54)),
+    ("convnet", "qffl"): ((28.02, 0.80), (16.59, 0.30)),
+    ("convnet", "term"): ((25.46, 1.49), (15.68, 0.38)),
+    ("convnet", "afl"): ((45.08, 1.00), (33.01, 0.37)),
+    ("convnet", "deltafl_0_8"): ((26.23, 1.15), (16.09, 0.40)),
+    ("convnet", "deltafl_0_5"): ((23.69, 0.94), (15.49, 0.30)),
+    ("convnet", "deltafl_0_1"): ((25.46, 2.77), (16.37, 1.03)),
+}
+
+
+def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:
+    """Two-sided p-value of Welch's t-test, our seeds (in %) against the paper's mean ± std
+    over its 5 seeds; nan with fewer than two of ours."""
+    if len(ours) < 2:
+        return math.nan
+    mean, std = paper
+    return float(stats.ttest_ind_from_stats(ours.mean(), ours.std(ddof=1), len(ours), mean, std,
+                                            PAPER_SEEDS, equal_var=False).pvalue)
+
+
+def cell(ours: np.ndarray, paper: tuple[float, float] | None) -> str:
+    """'ours | paper | p (agree?)' for one metric, all in %."""
+    if paper is None:
+        return f"{_pm(ours)} | — | —"
+    p = welch_p(ours, paper)
+    verdict = "—" if math.isnan(p) else f"{p:.2g} ({'agree' if p >= 0.05 else 'differ'})"
+    return f"{_pm(ours)} | {paper[0]:.2f} ± {paper[1]:.2f} | {verdict}"
 
 
 def main() -> None:
@@ -30,8 +83,10 @@ def main() -> None:
     parser.add_argument("sweep")
     parser.add_argument("--errors", help="write the final test errors of every run here")
     parser.add_argument("--ecdf", help="draw the ECDF of the final test errors here (PNG)")
+    parser.add_argument("--scatter", help="draw error against data size here (PNG)")
     args = parser.parse_args()
     sweep = load_sweep(args.sweep)
+    model = load_scenario(sweep.scenario, sweep.runs[0].overrides).model.name
     rows, errors = [], []
     for run in sweep.runs:
         if not is_complete(run.run_dir):
@@ -44,39 +99,45 @@ def main() -> None:
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
                      "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})
-        errors.append(last.select("client_id", "error").with_columns(
+        errors.append(last.select("client_id", "num_samples", "error").with_columns(
             variant=pl.lit(rows[-1]["variant"]), seed=pl.lit(run.params["seed"])))
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
-    print(f"{sweep.name}: {table.height} complete runs of {len(sweep.runs)}; "
+    print(f"{sweep.name} ({model}): {table.height} complete runs of {len(sweep.runs)}; "
           f"devices: {', '.join(sorted(set(table['device'])))}")
-    print("| rule | test mean error | test p90 error | sample-weighted mean | seeds "
-          "| wall time per run |")
-    print("|---|---|---|---|---|---|")
+    print("Test error in %, mean ± std over seeds; p: Welch's t-test against the paper "
+          f"({PAPER_SEEDS} seeds), agree when p ≥ 0.05.\n")
+    print("| rule | runs | p90: simfl | paper | p | mean: simfl | paper | p "
+          "| sample-weighted mean | wall time per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     order = list(dict.fromkeys(r.params.get("variant", "") for r in sweep.runs))
     for variant in order:
         part = table.filter(pl.col("variant") == variant)
         if part.height == 0:
             continue
-        mean, p90, wmean, wall = (part[c].to_numpy() for c in ("mean", "p90", "wmean", "wall_s"))
-        print(f"| {variant} | {_pm(mean)} | {_pm(p90)} | {_pm(wmean)} | {part.height} | "
+        p90, mean, wmean, wall = (part[c].to_numpy() for c in ("p90", "mean", "wmean", "wall_s"))
+        paper = PAPER.get((model, variant))
+        print(f"| {variant} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
+              f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall.mean() / 60:.1f} min |")
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
-    if args.ecdf:
-        first = (pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
-                 .with_columns(label=pl.col("variant")))
-        fig = plot_error_ecdf(first, f"{sweep.name}: final test error per device")
-        fig.savefig(args.ecdf, dpi=120)
-        print(args.ecdf)
+    first = (pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
+             .with_columns(label=pl.col("variant")))
+    for out, draw, what in ((args.ecdf, plot_error_ecdf, "final test error per device"),
+                            (args.scatter, plot_error_vs_size_by_rule,
+                             "final test error against data size")):
+        if out:
+            draw(first, f"{sweep.name}: {what}").savefig(out, dpi=120)
+            print(out)
 
 
 def _pm(values: np.ndarray) -> str:
-    """Percent, mean ± sample std over seeds (just the value for one seed)."""
+    """Mean ± sample std over seeds (just the value for one seed), already in %."""
     if len(values) == 1:
-        return f"{100 * values[0]:.1f}"
-    return f"{100 * values.mean():.1f} ± {100 * values.std(ddof=1):.1f}"
+        return f"{values[0]:.2f}"
+    return f"{values.mean():.2f} ± {values.std(ddof=1):.2f}"
 
 
 if __name__ == "__main__":

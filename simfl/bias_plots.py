@@ -198,3 +198,35 @@ def plot_run_bias(run_dir: Path) -> list[Path]:
         written.append(out.with_name("bias_decomposition.png"))
         plot_bias_decomposition(bias).savefig(written[-1], dpi=120)
     return written
+
+
+def pareto_front(runs: pl.DataFrame) -> list[str]:
+    """The variants (columns variant, gb, p90: one row per run) whose mean final p90 and
+    mean bytes no other variant beats in both (≤ in both, < in one)."""
+    means = runs.group_by("variant").agg(pl.col("gb").mean(), pl.col("p90").mean())
+    rows = means.iter_rows(named=True)
+    points = [(r["variant"], r["gb"], r["p90"]) for r in rows]
+    return [v for v, gb, p90 in points
+            if not any(g <= gb and p <= p90 and (g < gb or p < p90) for _, g, p in points)]
+
+
+def plot_final_tail_vs_bytes(runs: pl.DataFrame) -> Figure:
+    """Final test p90 against the run's total bytes (columns variant, gb, p90: one row per
+    run): every run a small dot, each variant's mean with ± 1 sd bars, the Pareto front of
+    the means joined by a dashed line."""
+    means = runs.group_by("variant").agg(
+        pl.col("gb").mean(), pl.col("p90").mean(),
+        gb_sd=pl.col("gb").std(), p90_sd=pl.col("p90").std()).sort("gb")
+    fig, ax = new_axes((7.0, 4.5))
+    for i, row in enumerate(means.iter_rows(named=True)):
+        part = runs.filter(pl.col("variant") == row["variant"])
+        color = f"C{i % 10}"
+        ax.scatter(part["gb"], part["p90"], s=10, color=color, alpha=0.4)
+        ax.errorbar(row["gb"], row["p90"], xerr=row["gb_sd"], yerr=row["p90_sd"], fmt="o",
+                    color=color, capsize=3, label=f"{row['variant']} ({part.height})")
+    front = means.filter(pl.col("variant").is_in(pareto_front(runs)))
+    ax.plot(front["gb"], front["p90"], ls="--", color="0.4", lw=1, label="Pareto front")
+    ax.set(xlabel="total communication, down + up (GB)", ylabel=f"final test error, {P90_LABEL}",
+           title="Tail error against communication, per driver (mean ± 1 sd over seeds)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig

@@ -190,6 +190,20 @@ def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
     return fig
 
 
+def plot_error_vs_size_by_rule(errors: pl.DataFrame, title: str) -> Figure:
+    """Per-device test error against local data size, one colour per ``label`` (columns
+    label, num_samples, error): the Δ-FL papers' scatter, which shows whether a rule
+    helps the data-poor devices (Pillutla et al. 2022, Figure 1)."""
+    fig, ax = new_axes((7.0, 4.5))
+    sns.scatterplot(data=errors.to_pandas(), x="num_samples", y="error", hue="label", s=12,
+                    alpha=0.5, linewidth=0, ax=ax)
+    ax.set_xscale("log")
+    ax.set(xlabel="local data size (samples, log scale)", ylabel="per-device test error",
+           title=title)
+    sns.move_legend(ax, "upper right", title="run")
+    return fig
+
+
 def plot_error_vs_rounds(eval_df: pl.DataFrame) -> Figure:
     """Mean and p90 error vs round; test solid, train dashed."""
     summary = error_by_round(eval_df)

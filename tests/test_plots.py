@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from simfl.bias_plots import pareto_front, plot_final_tail_vs_bytes
 from simfl.errors import InputError
 from simfl.plots import (
     byte_unit,
@@ -19,6 +20,7 @@ from simfl.plots import (
     plot_availability,
     plot_error_ecdf,
     plot_error_vs_size,
+    plot_error_vs_size_by_rule,
     plot_round_durations,
     plot_run,
     run_label,
@@ -363,3 +365,30 @@ def test_threshold_estimates_say_how_many_rounds_had_no_finite_estimate() -> Non
         .alias("estimate"))
     title = plot_estimates_over_rounds(bias).axes[0].get_title()
     assert "3 rounds without a finite estimate" in title
+
+
+def test_pareto_front_keeps_the_variants_nobody_beats_in_both() -> None:
+    # means: a (1.0, 0.50), b (2.0, 0.40), c (2.0, 0.45) beaten by b, d (3.0, 0.40) by b
+    runs = pl.DataFrame({"variant": ["a", "a", "b", "c", "d"],
+                         "gb": [0.9, 1.1, 2.0, 2.0, 3.0],
+                         "p90": [0.49, 0.51, 0.40, 0.45, 0.40]})
+    assert sorted(pareto_front(runs)) == ["a", "b"]
+
+
+def test_final_tail_vs_bytes_marks_every_variant_and_the_front() -> None:
+    runs = pl.DataFrame({"variant": ["a", "a", "b", "b"], "gb": [1.0, 1.2, 2.0, 2.2],
+                         "p90": [0.5, 0.52, 0.4, 0.42]})
+    ax = plot_final_tail_vs_bytes(runs).axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert set(labels) == {"Pareto front", "a (2)", "b (2)"}
+    front = [line for line in ax.get_lines() if line.get_label() == "Pareto front"][0]
+    np.testing.assert_allclose(front.get_xdata(), [1.1, 2.1])
+
+
+def test_error_vs_size_by_rule_draws_one_colour_per_rule() -> None:
+    errors = pl.DataFrame({"label": ["fedavg"] * 3 + ["deltafl"] * 3,
+                           "num_samples": [100, 200, 400] * 2,
+                           "error": [0.5, 0.4, 0.3, 0.45, 0.4, 0.35]})
+    ax = plot_error_vs_size_by_rule(errors, "t").axes[0]
+    assert ax.get_xscale() == "log"
+    assert set(ax.get_legend_handles_labels()[1]) == {"fedavg", "deltafl"}

@@ -1,0 +1,72 @@
+"""The driver comparison's table and figure: per driving estimator (and FedAvg), the final
+test error, the run's traffic and round durations, each as the mean over seeds ± the
+half-width of a 95 % t-interval, and which drivers are on the Pareto front of final
+90th-percentile error against total bytes (no other driver has both lower on average).
+
+    python -m simfl collect scenarios/study/drivers.sweep.toml
+    python bench/drivers_table.py results/drivers [--figure OUT.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from simfl.bias_plots import pareto_front, plot_final_tail_vs_bytes
+
+SECURE_KINDS = ("quantile_protocol", "secagg")
+
+
+def per_run(sweep_dir: Path) -> pl.DataFrame:
+    """One row per run: variant, seed, final test mean / p90 error, GB in all and in the
+    threshold protocol, mean round duration (s), updates aggregated per round."""
+    read = {t: pl.read_parquet(sweep_dir / f"{t}.parquet") for t in ("rounds", "eval", "comm")}
+    test = read["eval"].filter(pl.col("split") == "test")
+    test = test.filter(pl.col("round") == pl.col("round").max().over("run_id"))
+    errors = test.group_by("run_id").agg(test_mean=pl.col("error").mean(),
+                                         p90=pl.col("error").quantile(0.9, "linear"))
+    rounds = read["rounds"].group_by("run_id", "variant", "seed").agg(
+        gb=(pl.col("bytes_down") + pl.col("bytes_up")).sum() / 1e9,
+        round_s=(pl.col("t_end_s") - pl.col("t_start_s")).mean(),
+        aggregated=pl.col("num_aggregated").mean())
+    secure = read["comm"].filter(pl.col("kind").is_in(SECURE_KINDS)).group_by("run_id").agg(
+        secure_gb=pl.col("bytes").sum() / 1e9)
+    return (rounds.join(errors, on="run_id").join(secure, on="run_id", how="left")
+            .with_columns(pl.col("secure_gb").fill_null(0.0)).sort("variant", "seed"))
+
+
+def ci(values: np.ndarray, digits: int) -> str:
+    """mean ± half-width of the 95 % t-interval (n - 1 degrees of freedom)."""
+    n = len(values)
+    half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
+    return f"{values.mean():.{digits}f} ± {half:.{digits}f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
+    parser.add_argument("--figure", type=Path, help="draw final p90 against bytes here (PNG)")
+    args = parser.parse_args()
+    runs = per_run(args.sweep_dir)
+    front = pareto_front(runs)
+    print("| driver | seeds | test mean | test p90 | traffic (GB) | of which threshold "
+          "protocol (GB) | mean round duration (s) | updates aggregated / round | Pareto |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    order = list(dict.fromkeys(runs.sort("seed")["variant"].to_list()))
+    for variant in order:
+        part = runs.filter(pl.col("variant") == variant)
+        cells = [ci(part[c].to_numpy(), d) for c, d in (("test_mean", 3), ("p90", 3),
+                 ("gb", 2), ("secure_gb", 2), ("round_s", 1), ("aggregated", 1))]
+        print(f"| {variant} | {part.height} | " + " | ".join(cells)
+              + f" | {'yes' if variant in front else ''} |")
+    if args.figure:
+        plot_final_tail_vs_bytes(runs).savefig(args.figure, dpi=120)
+        print(args.figure)
+
+
+if __name__ == "__main__":
+    main()
