@@ -115,7 +115,7 @@ horizon_s = 86400.0
 """)
     trace = tmp_path / "trace.csv"
     assert main(["trace", str(diurnal), "--out", str(trace)]) == 0
-    assert pl.read_csv(trace).columns == ["device", "t_on_s", "t_off_s"]
+    assert pl.read_csv(trace).columns == ["client_idx", "t_on_s", "t_off_s"]
     replay = tmp_path / "replay.toml"
     replay.write_text(diurnal.read_text().replace('mode = "diurnal"',
                                                   f'mode = "trace"\ntrace_path = "{trace}"'))

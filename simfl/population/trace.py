@@ -5,7 +5,8 @@ or ``.csv``):
 
 | column | type | meaning |
 |---|---|---|
-| device | integer | device index, 0 <= device < number of training devices |
+| client_idx | integer | device index, 0 <= client_idx < number of training devices (the
+  `client_idx` of clients.parquet and comm.parquet) |
 | t_on_s | float | simulated UTC seconds at which the device comes online |
 | t_off_s | float | when it goes offline (> t_on_s; may be ``inf``) |
 
@@ -24,7 +25,7 @@ import polars as pl
 
 from simfl.errors import InputError
 
-TRACE_COLUMNS = ("device", "t_on_s", "t_off_s")
+TRACE_COLUMNS = ("client_idx", "t_on_s", "t_off_s")
 
 
 def _suffix(path: Path) -> str:
@@ -38,7 +39,7 @@ def write_trace(path: str | Path, device: np.ndarray, t_on_s: np.ndarray,
                 t_off_s: np.ndarray) -> None:
     """Write online intervals as a trace file (Parquet or CSV by suffix)."""
     path = Path(path)
-    frame = pl.DataFrame({"device": np.asarray(device, dtype=np.int64),
+    frame = pl.DataFrame({"client_idx": np.asarray(device, dtype=np.int64),
                           "t_on_s": np.asarray(t_on_s, dtype=np.float64),
                           "t_off_s": np.asarray(t_off_s, dtype=np.float64)})
     if _suffix(path) == ".parquet":
@@ -54,7 +55,7 @@ def _load(path: Path) -> pl.DataFrame:
     try:
         if suffix == ".parquet":
             return pl.read_parquet(path)
-        return pl.read_csv(path, schema_overrides={"device": pl.Int64, "t_on_s": pl.Float64,
+        return pl.read_csv(path, schema_overrides={"client_idx": pl.Int64, "t_on_s": pl.Float64,
                                                     "t_off_s": pl.Float64})
     except (OSError, pl.exceptions.PolarsError) as e:
         raise InputError(f"{path}: cannot read trace ({e})") from None
@@ -62,10 +63,13 @@ def _load(path: Path) -> pl.DataFrame:
 
 def _columns(frame: pl.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
+    if "client_idx" in missing and "device" in frame.columns:
+        raise InputError(f"{path}: the device column of a trace is now 'client_idx' (as in "
+                         "clients.parquet); rename 'device'")
     if missing:
         raise InputError(f"{path}: trace lacks column(s) {missing}; needs {list(TRACE_COLUMNS)}")
     try:
-        device = frame["device"].cast(pl.Int64, strict=True).to_numpy()
+        device = frame["client_idx"].cast(pl.Int64, strict=True).to_numpy()
         t_on = frame["t_on_s"].cast(pl.Float64, strict=True).to_numpy()
         t_off = frame["t_off_s"].cast(pl.Float64, strict=True).to_numpy()
     except pl.exceptions.PolarsError as e:
@@ -76,7 +80,7 @@ def _columns(frame: pl.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray, n
 def _check(path: Path, device: np.ndarray, t_on: np.ndarray, t_off: np.ndarray,
            num_devices: int) -> None:
     def fail(row: int, why: str) -> None:
-        raise InputError(f"{path}: row {row} (device {device[row]}, [{t_on[row]}, "
+        raise InputError(f"{path}: row {row} (client_idx {device[row]}, [{t_on[row]}, "
                          f"{t_off[row]})): {why}")
 
     bad = np.flatnonzero((device < 0) | (device >= num_devices))

@@ -197,8 +197,11 @@ def test_bad_traces_are_rejected(tmp_path: Path, rows: tuple[list[int], list[flo
 
 def test_trace_missing_column_and_file(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
-    path.write_text("device,t_on_s\n0,1.0\n")
+    path.write_text("client_idx,t_on_s\n0,1.0\n")
     with pytest.raises(InputError, match="t_off_s"):
+        read_trace(path, 3)
+    path.write_text("device,t_on_s,t_off_s\n0,1.0,2.0\n")  # the column's former name
+    with pytest.raises(InputError, match="rename 'device'"):
         read_trace(path, 3)
     with pytest.raises(InputError, match="not found"):
         read_trace(tmp_path / "none.csv", 3)
