@@ -24,7 +24,7 @@ SECURE_KINDS = ("quantile_protocol", "secagg")
 def per_run(sweep_dir: Path) -> pl.DataFrame:
     """One row per run: variant, seed, final test mean / p90 error, GB in all and in the
     threshold protocol, mean round duration (s), updates aggregated per round."""
-    read = {t: pl.read_parquet(sweep_dir / f"{t}.parquet") for t in ("rounds", "eval", "comm")}
+    read = {t: pl.read_parquet(sweep_dir / f"{t}.parquet") for t in ("rounds", "eval")}
     test = read["eval"].filter(pl.col("split") == "test")
     test = test.filter(pl.col("round") == pl.col("round").max().over("run_id"))
     errors = test.group_by("run_id").agg(test_mean=pl.col("error").mean(),
@@ -33,8 +33,10 @@ def per_run(sweep_dir: Path) -> pl.DataFrame:
         gb=(pl.col("bytes_down") + pl.col("bytes_up")).sum() / 1e9,
         round_s=(pl.col("t_end_s") - pl.col("t_start_s")).mean(),
         aggregated=pl.col("num_aggregated").mean())
-    secure = read["comm"].filter(pl.col("kind").is_in(SECURE_KINDS)).group_by("run_id").agg(
-        secure_gb=pl.col("bytes").sum() / 1e9)
+    secure = pl.DataFrame([  # comm.parquet is not collected: read each run's own
+        {"run_id": run_id, "secure_gb": pl.scan_parquet(sweep_dir / run_id / "comm.parquet")
+         .filter(pl.col("kind").is_in(SECURE_KINDS)).select(pl.col("bytes").sum())
+         .collect().item() / 1e9} for run_id in rounds["run_id"]])
     return (rounds.join(errors, on="run_id").join(secure, on="run_id", how="left")
             .with_columns(pl.col("secure_gb").fill_null(0.0)).sort("variant", "seed"))
 
@@ -56,7 +58,7 @@ def main() -> None:
     print("| driver | seeds | test mean | test p90 | traffic (GB) | of which threshold "
           "protocol (GB) | mean round duration (s) | updates aggregated / round | Pareto |")
     print("|---|---|---|---|---|---|---|---|---|")
-    order = list(dict.fromkeys(runs.sort("seed")["variant"].to_list()))
+    order = sorted(set(runs["variant"]), key=lambda v: (v != "fedavg", v))  # the reference first
     for variant in order:
         part = runs.filter(pl.col("variant") == variant)
         cells = [ci(part[c].to_numpy(), d) for c, d in (("test_mean", 3), ("p90", 3),
