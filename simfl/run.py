@@ -47,7 +47,7 @@ from simfl.population import (
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import PARTS_DIR, PLOTS_DIR, SCHEMAS, Recorder, write_atomically
 from simfl.rng import Streams
-from simfl.scenario import Scenario, from_dict, to_dict
+from simfl.scenario import EstimatorConfig, Scenario, from_dict, to_dict
 from simfl.sim.async_server import async_server
 from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
@@ -117,10 +117,14 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
                  report: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run ``scenario`` and write its tables and manifest into ``run_dir``; return the
     manifest. Bad input (scenario against data, output directory) stops before any output.
-    ``report`` gets one line on the population before the run starts."""
+    ``report`` gets a line on the population before the run starts, and one more when
+    the scenario configures a threshold estimator its aggregator does not use."""
     prepare_run_dir(run_dir, overwrite)
     built = _build(scenario)
     report(built.learner.data.describe())
+    if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
+        report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
+               "[estimator] is not used and bias.parquet stays empty")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

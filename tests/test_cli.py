@@ -126,3 +126,17 @@ horizon_s = 86400.0
         runs.append(pl.read_parquet(out / "clients.parquet"))
     assert runs[0].select("round", "client_idx", "t_dispatch_s").equals(
         runs[1].select("round", "client_idx", "t_dispatch_s"))
+
+
+def test_a_run_says_when_its_estimator_settings_are_not_used(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    run(tmp_path, "plain", aggregator="fedavg")
+    assert "not used" not in capsys.readouterr().out
+    scenario = tmp_path / "with_estimator.toml"
+    scenario.write_text(SMALL.format(seed=0, aggregator="fedavg", theta=0.5)
+                        + '[estimator]\nname = "secure_mm"\n')
+    assert main([str(scenario), "--out", str(tmp_path / "w"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "aggregator 'fedavg' sets no threshold, so [estimator] is not used" in out
+    assert pl.read_parquet(tmp_path / "w" / "bias.parquet").height == 0
