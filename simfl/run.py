@@ -8,7 +8,8 @@ import platform
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -120,20 +121,22 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
     ``report`` gets a line on the population before the run starts, and one more when
     the scenario configures a threshold estimator its aggregator does not use."""
     prepare_run_dir(run_dir, overwrite)
-    built = _build(scenario)
-    report(built.learner.data.describe())
-    if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
-        report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
-               "[estimator] is not used and bias.parquet stays empty")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"{run_dir}: cannot create the run directory ({e.strerror})") from None
-    with run_lock(run_dir):
-        prepare_run_dir(run_dir, overwrite)  # again, now that no other process can start
-        _clear_run_dir(run_dir)
-        return _execute(scenario, built, run_dir, _manifest(scenario, built.device), None,
-                        progress)
+    with torch_threads(scenario.train.threads):
+        built = _build(scenario)
+        report(built.learner.data.describe())
+        if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
+            report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
+                   "[estimator] is not used and bias.parquet stays empty")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{run_dir}: cannot create the run directory "
+                             f"({e.strerror})") from None
+        with run_lock(run_dir):
+            prepare_run_dir(run_dir, overwrite)  # again, now that no other process can start
+            _clear_run_dir(run_dir)
+            return _execute(scenario, built, run_dir, _manifest(scenario, built.device), None,
+                            progress)
 
 
 def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
@@ -145,14 +148,15 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     if not isinstance(manifest.get("scenario"), dict):
         raise InputError(f"{run_dir / 'manifest.json'}: holds no scenario")
     scenario = from_dict(manifest["scenario"], source=str(run_dir / "manifest.json"))
-    built = _build(scenario)
-    with run_lock(run_dir):
-        checkpoint = load_checkpoint(run_dir, built.device)
-        manifest.pop("reason", None)
-        manifest.setdefault("resumes", []).append(
-            {"from_round": checkpoint.rounds_done if checkpoint else 0,
-             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        return _execute(scenario, built, run_dir, manifest, checkpoint, progress)
+    with torch_threads(scenario.train.threads):
+        built = _build(scenario)
+        with run_lock(run_dir):
+            checkpoint = load_checkpoint(run_dir, built.device)
+            manifest.pop("reason", None)
+            manifest.setdefault("resumes", []).append(
+                {"from_round": checkpoint.rounds_done if checkpoint else 0,
+                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            return _execute(scenario, built, run_dir, manifest, checkpoint, progress)
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -167,6 +171,23 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise InputError(f"{path}: the manifest must be a json object")
     return manifest
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Within the block torch uses ``n`` intra-op threads (``train.threads``; 0 leaves
+    torch's default, one per core). Float sums depend on the thread count, so a run is
+    reproducible at a given ``n``; one thread also keeps small ops fast beside other
+    busy processes (README, "Threads")."""
+    if n == 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,10 @@ class TrainConfig:
     # Matrix and convolution precision on a GPU: fp32 (exact float32), tf32 (float32 storage,
     # TensorFloat-32 products) or bf16 (autocast of the forward pass); off (fp32) by default.
     precision: Literal["fp32", "tf32", "bf16"] = "fp32"
+    # torch intra-op threads for the run (0 = torch's default, one per core). 1 by default:
+    # measured no faster with 2 on the linear model, and far slower beside a busy core
+    # (README, "Threads"); the ConvNet on a CPU alone on the machine gains from more.
+    threads: int = _f(1, NON_NEGATIVE)
 
 
 AGGREGATORS = Literal["fedavg", "fedprox", "deltafl", "fedavg_sub", "qffl", "term", "afl", "drfa"]

@@ -16,7 +16,7 @@ A sweep file names a scenario and the axes to vary::
     "population.availability.mode" = "diurnal"
     [ray]
     address = ""        # "" = a local Ray instance; "auto" or "ray://head:10001" for a cluster
-    num_cpus = 1        # CPUs requested by each run (and its torch threads, either backend)
+    num_cpus = 1        # CPUs Ray reserves per run: match the runs' train.threads (1)
     num_gpus = 0
 
 Runs go to ``results/<sweep name>/<run id>/``; a run whose manifest says
@@ -65,10 +65,6 @@ class Sweep:
     ray_address: str = ""
     num_cpus: float = 1.0
     num_gpus: float = 0.0
-
-    @property
-    def num_threads(self) -> int:
-        return max(1, int(self.num_cpus))
 
     @property
     def out_dir(self) -> Path:
@@ -198,26 +194,19 @@ def is_complete(run_dir: Path) -> bool:
     return bool(_manifest(run_dir).get("status") == "complete")
 
 
-def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path, num_threads: int,
+def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
              progress: bool = False) -> str:
-    """One run with ``num_threads`` torch threads, whichever the backend: float sums
-    depend on the thread count, so both backends then write the same files. ``progress``
-    shows the run's round bar (one run at a time only)."""
-    import torch  # imported in the worker, not by the CLI
-
-    from simfl.checkpoint import checkpoint_progress
+    """One run, resumed if it was interrupted with the same scenario; its torch threads are
+    its ``train.threads`` (1 unless set), whichever the backend, so both backends write
+    the same files. ``progress`` shows the run's round bar (one run at a time only)."""
+    from simfl.checkpoint import checkpoint_progress  # imported in the worker, not the CLI
     from simfl.run import resume_run, run_scenario
 
     resolved = load_scenario(scenario, overrides)
-    before = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        if checkpoint_progress(run_dir) is not None and _same_scenario(run_dir, resolved):
-            manifest = resume_run(run_dir, progress)  # an interrupted run goes on
-        else:
-            manifest = run_scenario(resolved, run_dir, overwrite=True, progress=progress)
-    finally:
-        torch.set_num_threads(before)
+    if checkpoint_progress(run_dir) is not None and _same_scenario(run_dir, resolved):
+        manifest = resume_run(run_dir, progress)  # an interrupted run goes on
+    else:
+        manifest = run_scenario(resolved, run_dir, overwrite=True, progress=progress)
     return str(manifest["status"])
 
 
@@ -284,7 +273,7 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
             report(f"[{i + 1}/{len(pending)}] {run.run_id}: running")
         try:
             statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
-                                            sweep.num_threads, progress)
+                                            progress)
         except RunFailed as e:  # the run's manifest says why; the sweep goes on
             statuses[run.run_id] = f"failed: {e}"
         report(f"[{i + 1}/{len(pending)}] {run.run_id}: {statuses[run.run_id]}")
@@ -299,7 +288,7 @@ def _run_ray(sweep: Sweep, pending: list[SweepRun],
              include_dashboard=False, log_to_driver=False)
     task = ray.remote(num_cpus=sweep.num_cpus, num_gpus=sweep.num_gpus,
                       max_retries=0)(_run_one)
-    refs = {task.remote(sweep.scenario, list(run.overrides), run.run_dir, sweep.num_threads):
+    refs = {task.remote(sweep.scenario, list(run.overrides), run.run_dir):
             run.run_id
             for run in pending}
     statuses: dict[str, str] = {}

@@ -140,3 +140,17 @@ def test_a_run_says_when_its_estimator_settings_are_not_used(
     out = capsys.readouterr().out
     assert "aggregator 'fedavg' sets no threshold, so [estimator] is not used" in out
     assert pl.read_parquet(tmp_path / "w" / "bias.parquet").height == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_run_uses_train_threads_and_gives_the_count_back(tmp_path: Path, threads: int) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    scenario = tmp_path / "t.toml"
+    scenario.write_text(SMALL.format(seed=0, aggregator="fedavg", theta=0.5).replace(
+        "lr = 0.05", f"lr = 0.05\nthreads = {threads}"))
+    assert main([str(scenario), "--out", str(tmp_path / "t"), "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    assert manifest["host"]["torch_threads"] == threads
+    assert torch.get_num_threads() == before
