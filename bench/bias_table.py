@@ -33,17 +33,16 @@ def main() -> None:
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
-    per_run = bias_rows(bias).group_by("variant", "clients_per_round", "seed", "estimator").agg(
-        pl.col(c).mean() for c in COLUMNS)
-    print("| pattern | K | estimator | seeds | bias | sampling | availability | selection "
-          "| conformity − θ |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    keys = ("variant", "clients_per_round", "estimator")
+    axes = [a for a in ("variant", "clients_per_round") if a in bias.columns]
+    keys = (*axes, "estimator")
+    per_run = bias_rows(bias).group_by(*keys, "seed").agg(pl.col(c).mean() for c in COLUMNS)
+    print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
+                            "conformity − θ"]) + " |")
+    print("|" + "---|" * (len(keys) + 6))
     for group in per_run.sort(*keys).partition_by(*keys, maintain_order=True):
         row = group.row(0, named=True)
-        cells = [ci(group[c].to_numpy()) for c in COLUMNS]
-        print(f"| {row['variant']} | {row['clients_per_round']} | {row['estimator']} "
-              f"| {group.height} | " + " | ".join(cells) + " |")
+        cells = [str(row[k]) for k in keys] + [str(group.height)]
+        print("| " + " | ".join(cells + [ci(group[c].to_numpy()) for c in COLUMNS]) + " |")
 
 
 if __name__ == "__main__":
