@@ -372,7 +372,7 @@ def _apply_override(table: dict[str, Any], override: str, source: str) -> None:
 
 def from_dict(table: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Build a validated Scenario from a parsed TOML table."""
-    scenario: Scenario = _build(Scenario, table, "", source)
+    scenario: Scenario = build_config(Scenario, table, "", source)
     _check_relations(scenario, source)
     return scenario
 
@@ -426,7 +426,9 @@ def to_dict(scenario: Scenario) -> dict[str, Any]:
     return dataclasses.asdict(scenario)
 
 
-def _build(cls: type, table: Any, where: str, source: str) -> Any:
+def build_config(cls: type, table: Any, where: str, source: str) -> Any:
+    """An instance of the config dataclass ``cls`` from a TOML table: unknown keys, wrong
+    types and values outside their checks are InputErrors naming ``where`` + the key."""
     if not isinstance(table, dict):
         raise InputError(f"{source}: [{where.rstrip('.')}] must be a table")
     hints = typing.get_type_hints(cls)
@@ -452,7 +454,7 @@ def _build(cls: type, table: Any, where: str, source: str) -> Any:
 def _convert(hint: Any, value: Any, key: str, source: str) -> Any:
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return _build(typing.cast(type, hint), value, f"{key}.", source)
+        return build_config(typing.cast(type, hint), value, f"{key}.", source)
     if origin is Literal:
         choices = typing.get_args(hint)
         if value not in choices:

@@ -90,3 +90,12 @@ def test_no_import_cycle_between_packages() -> None:
 
     for node in sorted(graph):
         visit(node, ())
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A leading underscore means "this module only": no `from simfl.x import _name`."""
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simfl"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.relative_to(PACKAGE.parent)} imports {private}"

@@ -18,13 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def project_simplex(v: np.ndarray) -> np.ndarray:
-    """The point of the probability simplex closest to ``v`` (N,) in Euclidean norm."""
+def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
+    """The point of the simplex {x ≥ 0, Σ x = total} closest to ``v`` (N,) in Euclidean norm
+    (the probability simplex by default; DRFL's ℓ1-ball projection uses other totals)."""
     v = np.asarray(v, dtype=np.float64)
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"expected a non-empty vector, got shape {v.shape}")
     u = np.sort(v)[::-1]
-    cumulative = np.cumsum(u) - 1.0
+    cumulative = np.cumsum(u) - total
     j = np.arange(1, v.size + 1)
     rho = int(np.flatnonzero(u - cumulative / j > 0)[-1]) + 1  # j = 1 always qualifies
     tau = cumulative[rho - 1] / rho

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from simfl.data.femnist import IMAGE_SHAPE, NUM_CLASSES
-from simfl.data.leaf import IMAGE_FEATURES, _read_shard, shard_files
+from simfl.data.leaf import IMAGE_FEATURES, read_shard, shard_files
 from simfl.errors import InputError
 from simfl.records import write_atomically
 
@@ -142,7 +142,7 @@ def _leaf_pieces(shards: list[Path]) -> Iterator[Piece]:
     """Per (shard, user): uint8 images; the split is the shard's folder (train/, test/)."""
     for shard in shards:
         split = shard.parent.name if shard.parent.name in ("train", "test") else "all"
-        for user, x, y in _read_shard(shard):
+        for user, x, y in read_shard(shard):
             if x.shape[1] != IMAGE_FEATURES:
                 raise InputError(f"{shard}: user '{user}' has {x.shape[1]} values per sample; "
                                  f"FEMNIST images have {IMAGE_FEATURES} (28 x 28)")

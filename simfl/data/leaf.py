@@ -44,7 +44,7 @@ def load_leaf(cfg: DataConfig, streams: Streams) -> FederatedData:
     samples: UserSamples = {}
     num_features: int | None = None
     for shard in shards:
-        for user, x, y in _read_shard(shard):
+        for user, x, y in read_shard(shard):
             if num_features is None:
                 num_features = x.shape[1]
             elif x.shape[1] != num_features:
@@ -82,7 +82,7 @@ def shard_files(path: str) -> list[Path]:
     return shards
 
 
-def _read_shard(shard: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def read_shard(shard: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Validated (user, x (n, D) float32, y (n,) int64) of one shard, in the shard's user order."""
     try:
         table = json.loads(shard.read_text())

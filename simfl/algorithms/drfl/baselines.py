@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import cvxpy as cp
 import numpy as np
 
+from simfl.aggregate.simplex import project_simplex
 from simfl.algorithms.drfl.losses import Loss, loss_gradient, mean_loss
 from simfl.algorithms.drfl.problem import SOLVER, ClientData, signed_design
-from simfl.algorithms.drfl.projections import project_simplex
 
 
 def _client_losses(loss: Loss, clients: tuple[ClientData, ...], w: cp.Variable

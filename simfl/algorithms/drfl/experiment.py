@@ -29,7 +29,7 @@ from simfl.algorithms.drfl.losses import Loss, accuracy
 from simfl.algorithms.drfl.problem import ClientData, DRFLProblem, objective, solve_direct
 from simfl.errors import InputError
 from simfl.rng import Streams
-from simfl.scenario import AvailabilityConfig, PopulationConfig, Region, _build, from_dict
+from simfl.scenario import AvailabilityConfig, PopulationConfig, Region, build_config, from_dict
 
 METHODS = ("drfl", "erm", "afl", "drfa", "wafl")
 SWEEPS = ("mean", "sd", "mean_2sd")
@@ -87,7 +87,7 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     if unknown:
         raise InputError(f"{source}: unknown table '{sorted(unknown)[0]}' "
                          "(expected [experiment] and [population])")
-    cfg: ExperimentConfig = _build(ExperimentConfig, table.get("experiment", {}),
+    cfg: ExperimentConfig = build_config(ExperimentConfig, table.get("experiment", {}),
                                    "experiment.", source)
     _check(cfg, source)
     if "population" not in table:

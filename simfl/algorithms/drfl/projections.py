@@ -1,8 +1,8 @@
-"""Euclidean projections onto ℓp balls (p = 1, 2, ∞) and the simplex, and the prox of a norm.
+"""Euclidean projections onto ℓp balls (p = 1, 2, ∞), and the prox of a norm.
 
 The ℓp-ball projections are those of DRFL (Bai, Wong, Qiao, Ho 2025, "Distributionally
-Robust Federated Learning: An ADMM Algorithm", Appendix E); the ℓ1-ball and simplex ones
-use the sort-based algorithm of Duchi, Shalev-Shwartz, Singer, Chandra (ICML 2008).
+Robust Federated Learning: An ADMM Algorithm", Appendix E); the ℓ1-ball one goes through
+the simplex projection of :mod:`simfl.aggregate.simplex` (Duchi et al., ICML 2008).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from simfl.aggregate.simplex import project_simplex
 
 P_VALUES = (1.0, 2.0, math.inf)
 
@@ -23,15 +25,6 @@ def _check_p(p: float) -> float:
     if float(p) not in P_VALUES:
         raise ValueError(f"p must be 1, 2 or inf, not {p!r}")
     return float(p)
-
-
-def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
-    """argmin_{q >= 0, sum q = total} ||q - v||_2 (Duchi et al. 2008, Fig. 1)."""
-    u = np.sort(v)[::-1]
-    cumsum = np.cumsum(u) - total
-    idx = np.arange(1, v.size + 1)
-    rho = int(np.nonzero(u - cumsum / idx > 0)[0][-1])
-    return np.maximum(v - cumsum[rho] / (rho + 1), 0.0)
 
 
 def project_lp_ball(v: np.ndarray, radius: float, p: float) -> np.ndarray:

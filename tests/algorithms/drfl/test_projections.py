@@ -8,12 +8,8 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from simfl.algorithms.drfl.projections import (
-    dual_exponent,
-    project_lp_ball,
-    project_simplex,
-    prox_norm,
-)
+from simfl.aggregate.simplex import project_simplex
+from simfl.algorithms.drfl.projections import dual_exponent, project_lp_ball, prox_norm
 
 
 def test_hand_computed_projections() -> None:
