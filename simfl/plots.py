@@ -8,7 +8,6 @@ Figure built without pyplot (so no global state and no display backend);
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -22,7 +21,7 @@ from matplotlib.figure import Figure
 
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
-from simfl.records import read_table, table_exists
+from simfl.records import manifest_or_empty, read_table, table_exists
 
 SECONDS_PER_HOUR = 3600.0
 P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
@@ -106,11 +105,11 @@ def last_round_rows(eval_df: pl.DataFrame) -> pl.DataFrame:
 
 def run_label(run_dir: Path) -> str:
     """Legend label: the manifest's aggregator (with theta where it applies), else the folder."""
+    manifest = manifest_or_empty(run_dir)
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
         agg = manifest.get("aggregator") or manifest["scenario"]["aggregator"]
         name = str(agg["name"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return run_dir.name
     theta = agg.get("theta")
     return f"{name} θ={theta:g}" if name in _THETA_AGGREGATORS and theta is not None else name
@@ -486,7 +485,6 @@ def _save(fig: Figure, out: Path) -> Path:
 def _server_mode(run_dir: Path) -> str:
     """The manifest's server mode (sync / async); the folder name if it cannot be read."""
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        return str(manifest["scenario"]["server"].get("mode", "sync"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return str(manifest_or_empty(run_dir)["scenario"]["server"].get("mode", "sync"))
+    except (KeyError, TypeError, AttributeError):
         return run_dir.name

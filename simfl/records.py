@@ -13,6 +13,7 @@ writes the same types.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -285,3 +286,25 @@ def read_table(run_dir: Path, name: str) -> pl.DataFrame:
     if name in SCHEMAS and (run_dir / PARTS_DIR).is_dir():
         return pl.DataFrame(pl.from_arrow(SCHEMAS[name].empty_table()))
     raise FileNotFoundError(f"{path}: no such table (nor parts in {run_dir / PARTS_DIR})")
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """``run_dir/manifest.json``; InputError if it is missing or not a json object."""
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: not found (is {run_dir} a run directory?)") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the manifest ({e})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"{path}: the manifest must be a json object")
+    return manifest
+
+
+def manifest_or_empty(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest, or {} when there is none readable (a run not started yet)."""
+    try:
+        return read_manifest(run_dir)
+    except InputError:
+        return {}

@@ -46,7 +46,14 @@ from simfl.population import (
     network_paths,
 )
 from simfl.quantile.panel import EstimatorPanel
-from simfl.records import PARTS_DIR, PLOTS_DIR, SCHEMAS, Recorder, write_atomically
+from simfl.records import (
+    PARTS_DIR,
+    PLOTS_DIR,
+    SCHEMAS,
+    Recorder,
+    read_manifest,
+    write_atomically,
+)
 from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig, Scenario, from_dict, to_dict
 from simfl.sim.async_server import async_server
@@ -157,20 +164,6 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
                 {"from_round": checkpoint.rounds_done if checkpoint else 0,
                  "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
             return _execute(scenario, built, run_dir, manifest, checkpoint, progress)
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """``run_dir/manifest.json``; InputError if it is missing or not a json object."""
-    path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found (is {run_dir} a run directory?)") from None
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the manifest ({e})") from None
-    if not isinstance(manifest, dict):
-        raise InputError(f"{path}: the manifest must be a json object")
-    return manifest
 
 
 @contextmanager

@@ -41,7 +41,7 @@ import polars as pl
 
 from simfl.errors import InputError, RunFailed
 from simfl.metrics import error_summary
-from simfl.records import read_table
+from simfl.records import manifest_or_empty, read_table
 from simfl.scenario import Scenario, is_plain_name, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
@@ -181,17 +181,8 @@ def _expand(name: str, common: dict[str, Any], grid: dict[str, list[Any]],
     return tuple(runs)
 
 
-def _manifest(run_dir: Path) -> dict[str, Any]:
-    """The run's manifest, or {} if there is none readable (a run not started yet)."""
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
-
-
 def is_complete(run_dir: Path) -> bool:
-    return bool(_manifest(run_dir).get("status") == "complete")
+    return bool(manifest_or_empty(run_dir).get("status") == "complete")
 
 
 def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
@@ -221,7 +212,7 @@ def run_statuses(sweep: Sweep) -> pl.DataFrame:
     rows = []
     for run in sweep.runs:
         total = load_scenario(sweep.scenario, run.overrides).server.num_rounds
-        manifest = _manifest(run.run_dir)
+        manifest = manifest_or_empty(run.run_dir)
         status = manifest.get("status", "not started")
         if status == "running" and not run_locked(run.run_dir):
             status = "killed"
@@ -248,7 +239,7 @@ def run_statuses(sweep: Sweep) -> pl.DataFrame:
 
 def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
     """Whether the run in ``run_dir`` was started from ``scenario`` (as its manifest says)."""
-    started = _manifest(run_dir).get("scenario")
+    started = manifest_or_empty(run_dir).get("scenario")
     return bool(started == json.loads(json.dumps(to_dict(scenario))))
 
 
