@@ -231,6 +231,10 @@ def check_feasible(scenario: Scenario, data: FederatedData) -> None:
     if scenario.model.name == "convnet" and len(data.input_shape) < 2:
         raise InputError(f"'model.name' = 'convnet' needs image data; "
                          f"'data.dataset' = {scenario.data.dataset!r} gives vectors")
+    if (scenario.model.name == "gru") != (data.name == "shakespeare"):
+        raise InputError(f"'model.name' = {scenario.model.name!r} with 'data.dataset' = "
+                         f"{scenario.data.dataset!r}: the GRU reads character windows, and "
+                         "Shakespeare's windows need the GRU")
 
 
 def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[str, Any],

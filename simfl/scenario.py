@@ -67,9 +67,10 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    dataset: Literal["synthetic", "femnist", "leaf"] = "synthetic"
-    # femnist: the .npz file; leaf: a directory of LEAF json shards. Empty = the
-    # default location under $SIMFL_DATA_DIR (femnist/femnist_writers.npz).
+    dataset: Literal["synthetic", "femnist", "leaf", "shakespeare"] = "synthetic"
+    # femnist: the .npz file; leaf: a directory of LEAF json shards; shakespeare: the
+    # by-role .jsonl(.gz) corpus or a LEAF-format directory. Empty = the default location
+    # under $SIMFL_DATA_DIR (femnist/femnist_writers.npz, shakespeare/shakespeare_by_role.jsonl.gz).
     path: str = ""
     min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
     test_client_fraction: float = _f(0.5, FRACTION_OPEN)  # writer-level split: unseen test devices
@@ -80,13 +81,14 @@ class DataConfig:
     validation_fraction: float = _f(0.0, (lambda v: 0 <= v < 1, "must be in [0, 1)"))
     # Standardise inputs with the training devices' mean and std. Off: images stay in
     # [0, 1] (MNIST polarity), the scale the papers' learning rates were tuned for.
+    # Shakespeare's character indices are never standardised.
     standardise: bool = True
     synthetic: SyntheticConfig = _f(SyntheticConfig)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: Literal["linear", "convnet"] = "linear"
+    name: Literal["linear", "convnet", "gru"] = "linear"  # gru: Shakespeare's character model
     l2: float = _f(0.0, NON_NEGATIVE)  # (l2 / 2) * ||w||^2 added to every local loss
 
 

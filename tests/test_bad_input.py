@@ -76,6 +76,7 @@ CASES = {
          "population.availability.online_prob_by_hour=[1e-9, " + "1e-9, " * 22 + "1e-9]"],
         2, "online_prob_by_hour"),
     "convnet on vectors": (['model.name="convnet"'], 2, "model.name"),
+    "gru on vectors": (['model.name="gru"'], 2, "model.name"),
     "absurd local epochs": (["train.local_epochs=1000000000"], 2, "train.local_epochs"),
     "scenario name escapes results/": (['name="../../victim"'], 2, "'name'"),
     "absolute scenario name": (['name="/tmp/victim"'], 2, "'name'"),

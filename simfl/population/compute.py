@@ -60,11 +60,17 @@ CONVNET_FORWARD_FLOPS = (
     conv2d_macs(1, 32, 5, 24) + conv2d_macs(32, 64, 5, 8) + linear_macs(1024, 62)
 )
 LINEAR_FORWARD_FLOPS = linear_macs(784, 62)  # multinomial logistic regression on FEMNIST
+# The Shakespeare GRU (simfl/train/models.py CharGRU): 20 steps of the three gates' input
+# (one-hot 53, counted as a dense product, as a phone would run it) and hidden (128)
+# products, then 128 -> 53.
+GRU_FORWARD_FLOPS = 20 * (linear_macs(53, 3 * 128) + linear_macs(128, 3 * 128)) + linear_macs(
+    128, 53)
 
 TRAIN_FLOPS_PER_SAMPLE: dict[str, float] = {
     "lenet5": TRAIN_TO_FORWARD * LENET5_FORWARD_FLOPS,
     "convnet": TRAIN_TO_FORWARD * CONVNET_FORWARD_FLOPS,
     "linear": TRAIN_TO_FORWARD * LINEAR_FORWARD_FLOPS,
+    "gru": TRAIN_TO_FORWARD * GRU_FORWARD_FLOPS,
 }
 
 # Built-in fallback for the LeNet reference: least-squares line through the pooled

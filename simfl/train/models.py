@@ -1,11 +1,12 @@
-"""The two models of the Δ-FL experiments, and flat-vector views of their parameters.
+"""The models of the Δ-FL experiments, and flat-vector views of their parameters.
 
-Both follow Laguel, Pillutla, Malick, Harchaoui, "A Superquantile Approach to
+All follow Laguel, Pillutla, Malick, Harchaoui, "A Superquantile Approach to
 Federated Learning with Heterogeneous Devices" (CISS 2021; long version
 arXiv:2112.09429): a linear softmax model with ℓ2 regularisation and a small
-ConvNet. Models are plain ``nn.Module`` definitions; training evaluates them
-functionally (``torch.func.functional_call``) from a flat parameter vector, so
-a client update is a vector of P numbers and a cohort's updates one (K, P) tensor.
+ConvNet for EMNIST, a GRU for Shakespeare. Models are plain ``nn.Module``
+definitions; training evaluates them functionally (``torch.func.functional_call``)
+from a flat parameter vector, so a client update is a vector of P numbers and a
+cohort's updates one (K, P) tensor.
 """
 
 from __future__ import annotations
@@ -49,7 +50,48 @@ class ConvNet(nn.Module):
         return self.fc(x.flatten(start_dim=1))
 
 
-MODELS = {"linear": LinearSoftmax, "convnet": ConvNet}
+class CharGRU(nn.Module):
+    """The Δ-FL papers' Shakespeare model (arXiv:2112.09429, App. C.1.3): a GRU (Cho et al.
+    2014) with 128 hidden units over the one-hot encoded window, then a linear layer from
+    its last hidden state to the classes.
+
+    Inputs are character indices (N, H) in any dtype. The cell is written with matrix
+    products (PyTorch's GRU equations, gate order r, z, n) rather than ``nn.GRU``, so that
+    ``torch.func.vmap`` batches a cohort's clients; one-hot times W_ih is a row lookup
+    (``embedding``). The alphabet of the inputs is the classes' (53 for Shakespeare).
+    """
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 128) -> None:
+        super().__init__()
+        if len(input_shape) != 1:
+            raise ValueError(f"CharGRU needs windows of character indices, got {input_shape}")
+        self.hidden = hidden
+        self.weight_ih = nn.Parameter(torch.empty(3 * hidden, num_classes))
+        self.weight_hh = nn.Parameter(torch.empty(3 * hidden, hidden))
+        self.bias_ih = nn.Parameter(torch.empty(3 * hidden))
+        self.bias_hh = nn.Parameter(torch.empty(3 * hidden))
+        self.fc = nn.Linear(hidden, num_classes)
+        for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh):
+            nn.init.uniform_(p, -self.init_bound(""), self.init_bound(""))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gates_x = nn.functional.embedding(x.long(), self.weight_ih.t()) + self.bias_ih
+        h = gates_x.new_zeros(x.shape[0], self.hidden)
+        for t in range(x.shape[1]):
+            gx, gh = gates_x[:, t].chunk(3, dim=1), (h @ self.weight_hh.t() + self.bias_hh).chunk(
+                3, dim=1)
+            r = torch.sigmoid(gx[0] + gh[0])
+            z = torch.sigmoid(gx[1] + gh[1])
+            n = torch.tanh(gx[2] + r * gh[2])
+            h = (1 - z) * n + z * h
+        return self.fc(h)
+
+    def init_bound(self, name: str) -> float:
+        """PyTorch's GRU and Linear initialisation: every parameter U(±1/sqrt(hidden))."""
+        return 1.0 / math.sqrt(self.hidden)
+
+
+MODELS = {"linear": LinearSoftmax, "convnet": ConvNet, "gru": CharGRU}
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -93,10 +135,12 @@ def initial_params(module: nn.Module, seed: int, dtype: torch.dtype) -> torch.Te
     shapes = dict(zip(layout.names, layout.shapes, strict=True))
     flat = []
     for name, shape in shapes.items():
-        # PyTorch's default Conv/Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
-        # weights (kaiming_uniform with a = sqrt(5)) and biases alike.
-        weight_shape = shapes[name.rsplit(".", 1)[0] + ".weight"]
-        fan_in = math.prod(weight_shape[1:])
-        bound = 1.0 / math.sqrt(fan_in)
+        if isinstance(module, CharGRU):
+            bound = module.init_bound(name)
+        else:
+            # PyTorch's default Conv/Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+            # weights (kaiming_uniform with a = sqrt(5)) and biases alike.
+            fan_in = math.prod(shapes[name.rsplit(".", 1)[0] + ".weight"][1:])
+            bound = 1.0 / math.sqrt(fan_in)
         flat.append((torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
     return torch.cat([p.flatten() for p in flat]).to(dtype)

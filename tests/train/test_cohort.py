@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from simfl.data.packed import ClientData
 from simfl.train.cohort import (
     TrainHParams,
     choose_backend,
@@ -146,3 +147,36 @@ def test_bf16_autocast_changes_the_update_only_by_rounding(device: str) -> None:
                    for p in ("fp32", "bf16"))
     rel = ((bf16.deltas - exact.deltas).norm(dim=1) / exact.deltas.norm(dim=1)).max().item()
     assert 0 < rel < 0.1  # bf16 keeps ~3 significant digits per product
+
+
+def char_cohort(sizes: list[int], window: int, num_classes: int) -> ClientData:
+    """make_cohort with character indices (as floats, the way cohorts are trained) for x."""
+    data = make_cohort(sizes, (window,), num_classes)
+    x = torch.randint(0, num_classes, (sum(sizes), window), generator=torch.Generator()
+                      .manual_seed(1)).to(torch.float64)
+    return ClientData(x, data.y, data.offsets, data.client_ids)
+
+
+@pytest.mark.parametrize("l2, mu", [(0.0, 0.0), (1e-2, 0.5)])
+def test_gru_batched_equals_loop_in_float64(l2: float, mu: float) -> None:
+    """vmap batches the GRU's time steps across clients: the same updates as the loop."""
+    data = char_cohort(SIZES, window=6, num_classes=5)
+    model = build_model("gru", (6,), 5)
+    params = initial_params(model, seed=1, dtype=torch.float64)
+    seeds = [100 + k for k in range(len(SIZES))]
+    a, b = (train_cohort(model, params, data, TrainHParams(1, 16, 0.3, l2, mu, backend),
+                         seeds) for backend in ("batched", "loop"))
+    rel = (a.deltas - b.deltas).norm(dim=1) / b.deltas.norm(dim=1)
+    assert rel.max().item() <= 1e-12
+    np.testing.assert_allclose(a.train_losses, b.train_losses, rtol=1e-12)
+
+
+def test_gru_is_pytorchs_gru_on_one_hot_inputs() -> None:
+    model = build_model("gru", (9,), 7).double()
+    reference = torch.nn.GRU(7, 128, batch_first=True).double()
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(reference, f"{name}_l0").copy_(getattr(model, name))
+    x = torch.randint(0, 7, (5, 9), generator=torch.Generator().manual_seed(0))
+    _, h = reference(torch.nn.functional.one_hot(x, 7).double())
+    torch.testing.assert_close(model(x.double()), model.fc(h[0]), rtol=0, atol=1e-12)
