@@ -1,8 +1,10 @@
-"""DRFL's ADMM: server block (w, t, z, eta, gamma), client blocks (lam_s, alpha_s, w_s).
+"""simfl's ADMM for DRFL: server block (w, t, z, eta, gamma), client blocks (lam_s, alpha_s, w_s).
 
-Bai, Wong, Qiao, Ho (2025), Algorithm 1: an alternating-direction linearised proximal
-method of multipliers (AD-LPMM; Beck, "First-Order Methods in Optimization", 2017,
-Ch. 15) on problem (4) of problem.py with the equality constraints
+An alternating-direction linearised proximal method of multipliers (AD-LPMM; Beck,
+"First-Order Methods in Optimization", 2017, Ch. 15) on problem (4) of problem.py, written
+before the paper's equations were available: it is *not* Bai, Wong, Qiao, Ho's Algorithm 1
+(that is lpmm.py; blocks, steps and multipliers differ, docs/drfl.md compares them), with
+the equality constraints
 
     C1_s: w_s - w = 0,   C2_s: lam_s rho_s + mean(alpha_s) - t_s = 0,   C3: z - t + eta - gamma = 0
 
