@@ -33,7 +33,8 @@ def main() -> None:
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
-    axes = [a for a in ("variant", "clients_per_round") if a in bias.columns]
+    axes = [a for a in ("variant", "clients_per_round", "theta")
+            if a in bias.columns and bias[a].n_unique() > 1]
     keys = (*axes, "estimator")
     per_run = bias_rows(bias).group_by(*keys, "seed").agg(pl.col(c).mean() for c in COLUMNS)
     print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
