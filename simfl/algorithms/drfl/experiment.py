@@ -88,7 +88,7 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
         raise InputError(f"{source}: unknown table '{sorted(unknown)[0]}' "
                          "(expected [experiment] and [population])")
     cfg: ExperimentConfig = build_config(ExperimentConfig, table.get("experiment", {}),
-                                   "experiment.", source)
+                                         "experiment.", source)
     _check(cfg, source)
     if "population" not in table:
         return cfg
