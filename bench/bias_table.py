@@ -12,20 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import polars as pl
-from scipy import stats
+from intervals import ci  # bench/intervals.py
 
 from simfl.bias_plots import DECOMPOSITION, bias_rows
 
 COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
-
-
-def ci(values: np.ndarray) -> str:
-    """mean ± half-width of the 95 % t-interval (n - 1 degrees of freedom)."""
-    n = len(values)
-    half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
-    return f"{values.mean():+.3f} ± {half:.3f}"
 
 
 def main() -> None:

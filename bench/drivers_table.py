@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import polars as pl
-from scipy import stats
+from intervals import ci  # bench/intervals.py
 
 from simfl.bias_plots import pareto_front, plot_final_tail_vs_bytes
 
@@ -41,13 +40,6 @@ def per_run(sweep_dir: Path) -> pl.DataFrame:
             .with_columns(pl.col("secure_gb").fill_null(0.0)).sort("variant", "seed"))
 
 
-def ci(values: np.ndarray, digits: int) -> str:
-    """mean ± half-width of the 95 % t-interval (n - 1 degrees of freedom)."""
-    n = len(values)
-    half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
-    return f"{values.mean():.{digits}f} ± {half:.{digits}f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
@@ -61,7 +53,7 @@ def main() -> None:
     order = sorted(set(runs["variant"]), key=lambda v: (v != "fedavg", v))  # the reference first
     for variant in order:
         part = runs.filter(pl.col("variant") == variant)
-        cells = [ci(part[c].to_numpy(), d) for c, d in (("test_mean", 3), ("p90", 3),
+        cells = [ci(part[c].to_numpy(), d, signed=False) for c, d in (("test_mean", 3), ("p90", 3),
                  ("gb", 2), ("secure_gb", 2), ("round_s", 1), ("aggregated", 1))]
         print(f"| {variant} | {part.height} | " + " | ".join(cells)
               + f" | {'yes' if variant in front else ''} |")

@@ -13,7 +13,6 @@ the file's per-sample ``split`` column (LEAF's other protocol) is ignored.
 
 from __future__ import annotations
 
-import os
 import zipfile
 import zlib
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simfl.data.location import resolve_data_path
 from simfl.data.packed import ClientData, FederatedData, client_rows
 from simfl.data.split import group_rows, split_clients
 from simfl.errors import InputError
@@ -37,28 +37,10 @@ _CHUNK_ROWS = 4096  # images per step: temporaries (~40 MB) stay below malloc's 
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
-def resolve_path(path: str) -> Path:
-    """``data.path`` if given, else ``$SIMFL_DATA_DIR/femnist/femnist_writers.npz``; must exist."""
-    if path:
-        resolved = Path(path).expanduser()
-    elif os.environ.get("SIMFL_DATA_DIR"):
-        resolved = Path(os.environ["SIMFL_DATA_DIR"]).expanduser() / DEFAULT_RELATIVE_PATH
-    else:
-        raise InputError(
-            f"FEMNIST file not found: SIMFL_DATA_DIR is not set; set it to the folder holding"
-            f" {DEFAULT_RELATIVE_PATH} or set data.path to the .npz file. {MAKE_IT}"
-        )
-    if not resolved.is_file():
-        raise InputError(
-            f"{resolved}: FEMNIST file not found; set SIMFL_DATA_DIR (to the folder holding"
-            f" {DEFAULT_RELATIVE_PATH}) or data.path (to the .npz file). {MAKE_IT}"
-        )
-    return resolved
-
-
 def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
     """Load FEMNIST, split it by writer and standardise it with training-device stats."""
-    path = resolve_path(cfg.path)
+    path = resolve_data_path(cfg.path, DEFAULT_RELATIVE_PATH, "FEMNIST file", "the .npz file",
+                             MAKE_IT)
     with _open_npz(path) as npz:
         labels = _read(npz, "labels", path)
         writers = _read(npz, "writer", path)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 import torch
 
 from simfl.data.leaf import shard_files
+from simfl.data.location import resolve_data_path
 from simfl.data.packed import ClientData, FederatedData
 from simfl.data.split import federate
 from simfl.errors import InputError
@@ -74,24 +74,11 @@ def windows(classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, classes[WINDOW:]
 
 
-def resolve_path(path: str) -> Path:
-    """``data.path`` if given, else the by-role corpus under ``$SIMFL_DATA_DIR``; must exist."""
-    if path:
-        resolved = Path(path).expanduser()
-    elif os.environ.get("SIMFL_DATA_DIR"):
-        resolved = Path(os.environ["SIMFL_DATA_DIR"]).expanduser() / DEFAULT_RELATIVE_PATH
-    else:
-        raise InputError("Shakespeare data not found: SIMFL_DATA_DIR is not set; set it to the "
-                         f"folder holding {DEFAULT_RELATIVE_PATH}, or set data.path to a "
-                         "by-role .jsonl(.gz) file or a LEAF-format directory")
-    if not resolved.exists():
-        raise InputError(f"{resolved}: Shakespeare data not found (data.path or SIMFL_DATA_DIR)")
-    return resolved
-
-
 def load_shakespeare(cfg: DataConfig, streams: Streams) -> FederatedData:
     """Every role of the corpus (or LEAF directory) at ``data.path``, split by role."""
-    path = resolve_path(cfg.path)
+    path = resolve_data_path(cfg.path, DEFAULT_RELATIVE_PATH, "Shakespeare data",
+                             "a by-role .jsonl(.gz) file or a LEAF-format directory",
+                             file_only=False)
     roles = _read_leaf_dir(path) if path.is_dir() else _read_by_role(path)
     clients = _pack(roles, path)
     return federate("shakespeare", clients, dataclasses.replace(cfg, standardise=False),
