@@ -105,6 +105,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("round", pa.int64()),  # rounds completed when evaluated (0 = initial model)
         ("t_s", pa.float64()),
         ("client_id", pa.string()),
+        ("client_idx", pa.int64()),  # training devices (as in clients / comm); null for test
         ("split", pa.string()),  # train / test
         ("num_samples", pa.int64()),
         ("loss", pa.float64()),
@@ -282,7 +283,11 @@ def read_table(run_dir: Path, name: str) -> pl.DataFrame:
         return pl.read_parquet(path)
     parts = _part_files(run_dir / PARTS_DIR / name)
     if parts:
-        return pl.concat([pl.read_parquet(p) for p in parts], how="vertical")
+        table = pl.concat([pl.read_parquet(p) for p in parts], how="diagonal_relaxed")
+        if name in SCHEMAS:  # parts written before a column was added lack it: null there
+            empty = pl.DataFrame(pl.from_arrow(SCHEMAS[name].empty_table()))
+            table = pl.concat([empty, table], how="diagonal_relaxed").select(empty.columns)
+        return table
     if name in SCHEMAS and (run_dir / PARTS_DIR).is_dir():
         return pl.DataFrame(pl.from_arrow(SCHEMAS[name].empty_table()))
     raise FileNotFoundError(f"{path}: no such table (nor parts in {run_dir / PARTS_DIR})")

@@ -329,9 +329,10 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
 
     def evaluate(rounds_done: int, t_s: float) -> None:
         for split, (clients, result) in learner.evaluate().items():
+            index = np.ma.masked_array(np.arange(clients.num_clients), mask=split == "test")
             recorder.append("eval", round=rounds_done, t_s=t_s, client_id=clients.client_ids,
-                            split=split, num_samples=result.num_samples, loss=result.losses,
-                            error=result.errors)
+                            client_idx=index, split=split, num_samples=result.num_samples,
+                            loss=result.losses, error=result.errors)
             summary[split] = error_summary(result.errors)
 
     def after_round(rounds_done: int, t_s: float) -> None:

@@ -154,3 +154,18 @@ def test_a_run_uses_train_threads_and_gives_the_count_back(tmp_path: Path, threa
     manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
     assert manifest["host"]["torch_threads"] == threads
     assert torch.get_num_threads() == before
+
+
+def test_eval_rows_name_training_devices_by_the_index_clients_and_comm_use(
+        tmp_path: Path) -> None:
+    out = run(tmp_path, "keys")
+    evals, clients = (pl.read_parquet(out / f"{t}.parquet") for t in ("eval", "clients"))
+    train = evals.filter((pl.col("split") == "train") & (pl.col("round") == 0))
+    assert train["client_idx"].to_list() == list(range(train.height))
+    assert evals.filter(pl.col("split") == "test")["client_idx"].null_count() == evals.filter(
+        pl.col("split") == "test").height
+    # the same device has the same (client_idx, client_id) pair in both tables
+    pairs = clients.select("client_idx", "client_id").unique()
+    joined = pairs.join(train.select("client_idx", "client_id"), on="client_idx")
+    assert joined.height == pairs.height
+    assert (joined["client_id"] == joined["client_id_right"]).all()

@@ -15,6 +15,7 @@ from simfl.records import (
     PARTS_DIR,
     Committed,
     Recorder,
+    part_path,
     read_table,
     table_exists,
     write_atomically,
@@ -169,3 +170,22 @@ def test_merged_rows_are_in_round_order_and_stable_within_a_round(tmp_path: Path
     rows = pl.read_parquet(tmp_path / "clients.parquet")
     assert rows["round"].to_list() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert rows["client_id"].to_list()[:6] == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_parts_written_before_a_column_was_added_read_as_null_there(tmp_path: Path) -> None:
+    """A run resumed across a release that added a nullable column (eval's client_idx)."""
+    parts = tmp_path / PARTS_DIR / "eval"
+    parts.mkdir(parents=True)
+    old = pl.DataFrame({"round": [0], "t_s": [0.0], "client_id": ["w0"], "split": ["train"],
+                        "num_samples": [3], "loss": [1.0], "error": [0.5]})
+    old.write_parquet(part_path(parts, 0))
+    assert read_table(tmp_path, "eval")["client_idx"].to_list() == [None]
+    recorder = Recorder(tmp_path, committed={"eval": Committed(1, 1)})
+    recorder.append("eval", round=1, t_s=1.0, client_id=np.array(["w0"]),
+                    client_idx=np.array([0]), split="train", num_samples=np.array([3]),
+                    loss=np.array([0.9]), error=np.array([0.4]))
+    assert read_table(tmp_path, "eval")["client_idx"].to_list() == [None]  # not flushed yet
+    recorder.close()
+    merged = pl.read_parquet(tmp_path / "eval.parquet")
+    assert merged["client_idx"].to_list() == [None, 0]
+    assert merged["round"].to_list() == [0, 1]
