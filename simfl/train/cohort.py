@@ -39,7 +39,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from simfl.data.packed import ClientData
-from simfl.train.models import LinearSoftmax, ParamLayout
+from simfl.train.models import CharGRU, LinearSoftmax, ParamLayout
 
 Backend = Literal["auto", "batched", "loop"]
 Precision = Literal["fp32", "tf32", "bf16"]
@@ -194,17 +194,19 @@ def float32_precision(precision: Precision, device: torch.device) -> Iterator[No
 def choose_backend(backend: Backend, model: nn.Module, device: torch.device,
                    num_clients: int = 2) -> str:
     """``auto``: batched for two clients or more on a GPU, where the per-client loop is
-    bound by kernel launches, and on a CPU for models without convolutions.
+    bound by kernel launches, and on a CPU for the linear model.
 
     On a CPU, ``vmap`` turns each convolution into a grouped convolution, which
-    is slower than the per-client loop (measured in bench/train_cohort.py).
+    is slower than the per-client loop (measured in bench/train_cohort.py), and the
+    GRU's vmapped steps were slower than the loop too (27.6 vs 22.3 s for 10
+    Shakespeare roles, bench/train_gru.py).
     """
     if backend != "auto":
         return backend
     if num_clients < 2:
         return "loop"
-    has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    return "loop" if device.type == "cpu" and has_conv else "batched"
+    slow_batched = any(isinstance(m, nn.Conv2d | CharGRU) for m in model.modules())
+    return "loop" if device.type == "cpu" and slow_batched else "batched"
 
 
 def _train_loop(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202

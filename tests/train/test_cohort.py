@@ -105,6 +105,9 @@ def test_auto_backend_choice() -> None:
     assert choose_backend("loop", linear, cpu) == "loop"
     assert choose_backend("auto", conv, cuda, num_clients=1) == "loop"
     assert choose_backend("auto", conv, cuda, num_clients=1000) == "batched"
+    gru = build_model("gru", (20,), 53)
+    assert choose_backend("auto", gru, cpu) == "loop"
+    assert choose_backend("auto", gru, cuda) == "batched"
 
 
 @pytest.mark.parametrize("device", DEVICES)
