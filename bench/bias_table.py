@@ -1,7 +1,7 @@
 """The threshold-estimation study's table: per participation pattern, cohort size and
 estimator, the bias of η̂ and its three causes, and the realized-conformity gap, each
 as the mean over seeds ± the half-width of a 95 % t-interval (per run: the mean over its
-bias rounds after the burn-in, simfl.bias_plots.bias_rows).
+bias rounds after the burn-in, simfl.plots.study.bias_rows).
 
     python -m simfl collect scenarios/study/bias_v2.sweep.toml
     python bench/bias_table.py results/bias_v2
@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 from intervals import ci  # bench/intervals.py
 
-from simfl.bias_plots import DECOMPOSITION, bias_rows
+from simfl.plots.study import DECOMPOSITION, bias_rows
 
 COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import polars as pl
 from intervals import ci  # bench/intervals.py
 
-from simfl.bias_plots import pareto_front, plot_final_tail_vs_bytes
+from simfl.plots import save_figure
+from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
 
 SECURE_KINDS = ("quantile_protocol", "secagg")
 
@@ -58,7 +59,7 @@ def main() -> None:
         print(f"| {variant} | {part.height} | " + " | ".join(cells)
               + f" | {'yes' if variant in front else ''} |")
     if args.figure:
-        plot_final_tail_vs_bytes(runs).savefig(args.figure, dpi=120)
+        save_figure(plot_final_tail_vs_bytes(runs), args.figure)
         print(args.figure)
 
 

@@ -32,7 +32,8 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from simfl.plots import plot_error_ecdf, plot_error_vs_size_by_rule
+from simfl.plots import save_figure
+from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule
 from simfl.scenario import load_scenario
 from simfl.sweep import is_complete, load_sweep
 
@@ -129,7 +130,7 @@ def main() -> None:
                             (args.scatter, plot_error_vs_size_by_rule,
                              "final test error against data size")):
         if out:
-            draw(first, f"{sweep.name}: {what}").savefig(out, dpi=120)
+            save_figure(draw(first, f"{sweep.name}: {what}"), out)
             print(out)
 
 

@@ -1,4 +1,4 @@
-"""Command line: argument parsing only; the work is in run.py, plots.py, sweep.py, ...
+"""Command line: argument parsing only; the work is in run.py, plots/, sweep.py, ...
 
     python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] [--overwrite] [--quiet]
     python -m simfl COMMAND ...   (python -m simfl --help lists the commands)
@@ -265,8 +265,8 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from simfl.bias_plots import plot_run_bias
-    from simfl.plots import compare_runs, compare_runs_vs_time, plot_run, reach_level
+    from simfl.plots.runs import compare_runs, compare_runs_vs_time, plot_run, reach_level
+    from simfl.plots.study import plot_run_bias
 
     for out in (args.compare, args.compare_time):
         if out is not None:
@@ -342,7 +342,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
             return 130
         return 0 if all(s == "complete" for s in statuses.values()) else 1
-    from simfl.bias_plots import plot_sweep
+    from simfl.plots.study import plot_sweep
 
     for table, rows in collect(sweep).items():
         print(f"{sweep.out_dir / table}.parquet: {rows} rows")
@@ -358,7 +358,7 @@ def _drfl(args: argparse.Namespace) -> int:
         run_experiment,
         summary_table,
     )
-    from simfl.algorithms.drfl.plots import write_figures
+    from simfl.plots.drfl import write_figures
 
     cfg = load_experiment(args.study) if args.study else ExperimentConfig()
     stem = args.study.stem if args.study else "drfl_breast_cancer"

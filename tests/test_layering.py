@@ -36,8 +36,7 @@ FORBIDDEN = {
     "rng.py": ("simfl.scenario", "simfl.data", "simfl.sim", "simfl.train"),
     "errors.py": ("simfl.",),
     "records.py": ("torch", "simfl.sim", "simfl.train", "simfl.run"),
-    "plots.py": ("torch", "simfl.sim", "simfl.train", "simfl.run"),
-    "bias_plots.py": ("torch", "simfl.sim", "simfl.train", "simfl.run"),
+    "plots": ("torch", "simfl.sim", "simfl.train", "simfl.run", "simfl.algorithms"),
     "cli.py": ("torch", "simpy"),  # at module level: the commands import what they need
 }
 

@@ -9,9 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simfl.bias_plots import pareto_front, plot_final_tail_vs_bytes
 from simfl.errors import InputError
-from simfl.plots import (
+from simfl.plots.runs import (
     byte_unit,
     compare_runs,
     cumulative_bytes,
@@ -26,6 +25,7 @@ from simfl.plots import (
     run_label,
     tail_vs_bytes,
 )
+from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
 
 RUN_FIGURES = {"test_error_hist.png", "error_vs_size.png", "error_vs_rounds.png",
                "p90_vs_bytes.png", "p90_vs_time.png", "round_durations.png"}
@@ -295,7 +295,7 @@ def test_error_ecdf_draws_each_label_up_to_one() -> None:
 def test_the_bias_decomposition_figure_stacks_the_three_terms(tmp_path: Path) -> None:
     import polars as pl
 
-    from simfl.bias_plots import plot_bias_decomposition
+    from simfl.plots.study import plot_bias_decomposition
 
     rows = pl.DataFrame({
         "round": [10, 10], "estimator": ["a", "b"], "theta": [0.5, 0.5],
@@ -328,7 +328,7 @@ def _study_bias(ks: tuple[int, ...]) -> pl.DataFrame:
 
 
 def test_the_cohort_axis_is_labelled_with_the_sweep_values() -> None:
-    from simfl.bias_plots import plot_bias_by
+    from simfl.plots.study import plot_bias_by
 
     ax = plot_bias_by(_study_bias((10, 50)), "clients_per_round", "bias", "bias").axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "50"]
@@ -338,7 +338,7 @@ def test_the_cohort_axis_is_labelled_with_the_sweep_values() -> None:
 def test_tail_vs_bytes_by_estimator_keeps_cohort_sizes_apart() -> None:
     import polars as pl
 
-    from simfl.bias_plots import plot_tail_vs_bytes_by_estimator
+    from simfl.plots.study import plot_tail_vs_bytes_by_estimator
 
     bias = _study_bias((10, 50))
     runs = bias.select("run_id", "clients_per_round").unique()
@@ -358,7 +358,7 @@ def test_tail_vs_bytes_by_estimator_keeps_cohort_sizes_apart() -> None:
 def test_threshold_estimates_say_how_many_rounds_had_no_finite_estimate() -> None:
     import polars as pl
 
-    from simfl.bias_plots import plot_estimates_over_rounds
+    from simfl.plots.study import plot_estimates_over_rounds
 
     bias = _study_bias((10,)).filter(pl.col("seed") == 0).with_columns(
         pl.when(pl.col("round") >= 7).then(float("nan")).otherwise(pl.col("estimate"))

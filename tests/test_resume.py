@@ -36,7 +36,7 @@ from simfl import checkpoint
 from simfl.aggregate import Aggregator, Combined, RoundInputs, make_aggregator
 from simfl.cli import main
 from simfl.data import FederatedData, load_data
-from simfl.plots import plot_run
+from simfl.plots.runs import plot_run
 from simfl.records import PARTS_DIR, read_table
 from simfl.rng import Streams
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
@@ -83,7 +83,7 @@ KILLER = """
 import os, signal, sys
 from simfl import checkpoint
 from simfl.cli import main
-from simfl.plots import plot_run
+from simfl.plots.runs import plot_run
 from simfl.train import learner
 
 where, at = sys.argv[1], int(sys.argv[2])

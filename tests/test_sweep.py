@@ -12,10 +12,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simfl.bias_plots import plot_sweep
 from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
+from simfl.plots.study import plot_sweep
 from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
 from simfl.train.learner import Learner
 

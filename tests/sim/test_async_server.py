@@ -333,7 +333,7 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(
     assert resume(killed) == 0
     assert_same_files(killed, baseline)
     from simfl.cli import main
-    from simfl.plots import reach_level
+    from simfl.plots.runs import reach_level
 
     capsys.readouterr()
     png = tmp_path / "cmp.png"
@@ -349,7 +349,7 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(
 
 
 def test_staleness_counts_and_time_to_level() -> None:
-    from simfl.plots import staleness_counts, time_to_level
+    from simfl.plots.runs import staleness_counts, time_to_level
 
     clients = pl.DataFrame({
         "staleness": [0, 1, 1, 2, 1, 0, 3],

@@ -3,6 +3,7 @@
 losses (linear models, Wasserstein worst case), projections (ℓp ball, prox of a norm),
 problem (problem (4) and its direct convex solution), lpmm (the paper's Algorithm 1 as
 printed), admm (simfl's linearised ADMM, which the study runs), baselines
-(ERM, AFL, DRFA, WAFL), engine (iterations on the device population), experiment
-(the breast-cancer noise study) and plots. Needs the ``drfl`` extra (cvxpy, scikit-learn).
+(ERM, AFL, DRFA, WAFL), engine (iterations on the device population) and experiment
+(the breast-cancer noise study; its figures are simfl/plots/drfl.py). Needs the ``drfl``
+extra (cvxpy, scikit-learn).
 """

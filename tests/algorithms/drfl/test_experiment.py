@@ -16,9 +16,9 @@ from simfl.algorithms.drfl.experiment import (
     run_experiment,
     summary_table,
 )
-from simfl.algorithms.drfl.plots import write_figures
 from simfl.cli import main
 from simfl.errors import InputError
+from simfl.plots.drfl import write_figures
 from simfl.rng import Streams
 
 STUDY = Path(__file__).parents[3] / "docs" / "drfl_breast_cancer.toml"

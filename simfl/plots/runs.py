@@ -1,10 +1,5 @@
-"""Figures from a run's Parquet tables (docs/design.md §8).
-
-Reads Parquet and manifest.json only; never imports the simulator or torch.
-Each ``plot_*`` function takes polars DataFrames and returns a matplotlib
-Figure built without pyplot (so no global state and no display backend);
-``plot_run`` writes them as PNG files and ``compare_runs`` overlays several runs.
-"""
+"""One run's figures from its Parquet tables and manifest.json (docs/design.md §8):
+``plot_run`` writes them as PNG files, ``compare_runs`` overlays several runs."""
 
 from __future__ import annotations
 
@@ -21,7 +16,8 @@ from matplotlib.figure import Figure
 
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
-from simfl.records import manifest_or_empty, read_table, table_exists
+from simfl.plots import new_axes, save_figure
+from simfl.records import PLOTS_DIR, manifest_or_empty, read_table, table_exists
 
 SECONDS_PER_HOUR = 3600.0
 P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
@@ -135,13 +131,6 @@ def _duration_unit(max_s: float) -> tuple[float, str]:
 
 
 # --- figures --------------------------------------------------------------------
-
-
-def new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=figsize, layout="constrained")
-    with sns.axes_style("whitegrid"):
-        ax = fig.add_subplot()
-    return fig, ax
 
 
 def plot_test_error_hist(eval_df: pl.DataFrame) -> Figure:
@@ -412,12 +401,8 @@ def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr) -> l
         raise InputError(f"{run_dir}: not a simfl run directory (no rounds.parquet)")
     makers, skipped = _figure_makers(*(_read_table(run_dir, t)
                                        for t in ("eval", "rounds", "availability", "clients")))
-    out_dir = run_dir / "plots"
-    out_dir.mkdir(exist_ok=True)
-    written = []
-    for filename, make in makers.items():
-        make().savefig(out_dir / filename, dpi=120)
-        written.append(out_dir / filename)
+    written = [save_figure(make(), run_dir / PLOTS_DIR / filename)
+               for filename, make in makers.items()]
     if report is not None:
         for reason in dict.fromkeys(skipped.values()):
             names = ", ".join(n for n in RUN_FIGURES if skipped.get(n) == reason)
@@ -442,7 +427,7 @@ def compare_runs(run_dirs: list[Path], out: Path) -> Path:
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
            ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
     ax.legend(title="run")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
@@ -466,20 +451,13 @@ def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
     ax.set(xlabel="simulated time (h, log scale)", ylabel=f"test error, {P90_LABEL}",
            title="Tail error vs simulated time")
     ax.legend(title="run", fontsize="small")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def _distinct(labels: list[str], run_dirs: list[Path]) -> list[str]:
     """Runs with the same label are told apart by their folder."""
     return [f"{label} ({Path(d).name})" if labels.count(label) > 1 else label
             for label, d in zip(labels, run_dirs, strict=True)]
-
-
-def _save(fig: Figure, out: Path) -> Path:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    return out
 
 
 def _server_mode(run_dir: Path) -> str:

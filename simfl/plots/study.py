@@ -20,7 +20,9 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from simfl.plots import P90_LABEL, byte_unit, new_axes, tail_vs_bytes
+from simfl.plots import new_axes, save_figure
+from simfl.plots.runs import P90_LABEL, byte_unit, tail_vs_bytes
+from simfl.records import PLOTS_DIR
 
 RUN_KEYS = ("run_id",)
 BURN_IN_FRACTION = 0.2
@@ -176,12 +178,7 @@ def plot_sweep(out_dir: Path) -> list[Path]:
     if rounds.height and ev.height:
         figures["p90_vs_bytes_by_estimator.png"] = lambda: plot_tail_vs_bytes_by_estimator(
             rounds, ev, bias)
-    written = []
-    (out_dir / "plots").mkdir(exist_ok=True)
-    for name, make in figures.items():
-        make().savefig(out_dir / "plots" / name, dpi=120)
-        written.append(out_dir / "plots" / name)
-    return written
+    return [save_figure(make(), out_dir / PLOTS_DIR / name) for name, make in figures.items()]
 
 
 def plot_run_bias(run_dir: Path) -> list[Path]:
@@ -190,13 +187,10 @@ def plot_run_bias(run_dir: Path) -> list[Path]:
     bias = pl.read_parquet(path) if path.is_file() else pl.DataFrame()
     if bias.height == 0:
         return []
-    out = Path(run_dir) / "plots" / "threshold_estimates.png"
-    out.parent.mkdir(exist_ok=True)
-    plot_estimates_over_rounds(bias).savefig(out, dpi=120)
-    written = [out]
+    out = Path(run_dir) / PLOTS_DIR
+    written = [save_figure(plot_estimates_over_rounds(bias), out / "threshold_estimates.png")]
     if "mc_draws" in bias.columns and bias_rows(bias).filter(pl.col("mc_draws") > 0).height:
-        written.append(out.with_name("bias_decomposition.png"))
-        plot_bias_decomposition(bias).savefig(written[-1], dpi=120)
+        written.append(save_figure(plot_bias_decomposition(bias), out / "bias_decomposition.png"))
     return written
 
 

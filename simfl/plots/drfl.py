@@ -9,6 +9,8 @@ import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from simfl.plots import save_figure
+
 SWEEP_LABELS = {
     "mean": "noise mean (SD = {sd:g})",
     "sd": "noise SD (mean 0)",
@@ -66,13 +68,12 @@ def plot_convergence(iterations_df: pl.DataFrame) -> Figure:
 def write_figures(tables: dict[str, pl.DataFrame], out_dir: Path, prefix: str = "drfl_"
                   ) -> list[Path]:
     """The three sweep figures and the convergence figure as PNG files."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for sweep in SWEEP_LABELS:
         path = out_dir / f"{prefix}sweep_{sweep}.png"
-        plot_sweep(tables["accuracy"], sweep).savefig(path, dpi=120)
+        save_figure(plot_sweep(tables["accuracy"], sweep), path)
         paths.append(path)
     path = out_dir / f"{prefix}convergence.png"
-    plot_convergence(tables["iterations"]).savefig(path, dpi=120)
+    save_figure(plot_convergence(tables["iterations"]), path)
     paths.append(path)
     return paths

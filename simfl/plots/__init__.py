@@ -1,0 +1,38 @@
+"""Figures, from Parquet only: never the simulator or torch (docs/design.md §8).
+
+- :mod:`simfl.plots.runs`: one run's figures (``python -m simfl plot RUN``) and
+  comparisons of several runs;
+- :mod:`simfl.plots.study`: the estimation study's (the server's threshold against the
+  population's, the bias by cause, a collected sweep's figures);
+- :mod:`simfl.plots.drfl`: the DRFL study's.
+
+Each ``plot_*`` function takes polars DataFrames and returns a matplotlib Figure built
+without pyplot (no global state, no display backend); :func:`save_figure` is the one
+place a figure becomes a file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+DPI = 120
+
+
+def new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
+    """A figure with one whitegrid axes, without pyplot."""
+    fig = Figure(figsize=figsize, layout="constrained")
+    with sns.axes_style("whitegrid"):
+        ax = fig.add_subplot()
+    return fig, ax
+
+
+def save_figure(fig: Figure, out: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``out`` (its folder created); returns the path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=DPI)
+    return out
