@@ -97,6 +97,9 @@ class ClientSolver:
     """C_s of one client as a parametrised cvxpy problem (compiled once, solved each round)."""
 
     def __init__(self, problem: DRFLProblem, s: int, cfg: ADMMConfig) -> None:
+        if problem.support != "none":
+            raise ValueError("simfl's ADMM takes unbounded features only; run the paper's "
+                             "Algorithm 1 (lpmm.run_paper_admm) for a box support")
         client: ClientData = problem.clients[s]
         self.num_samples = client.num_samples
         self.batch = cfg.batch_size if 0 < cfg.batch_size < self.num_samples else self.num_samples

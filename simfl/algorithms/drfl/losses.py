@@ -14,7 +14,17 @@ Lipschitz losses, classification with label flips and regression; DRFL's Proposi
     classification:  min_{lam >= L||w||_inf}  lam·rho + mean_i max(phi(m_i), phi(-m_i) - lam·kappa)
     regression:      min_{lam >= L max(||w||_inf, 1/kappa)}  lam·rho + mean_i ell(r_i)
 
-with margins m_i = y_i·score_i and residuals r_i = score_i - y_i.
+with margins m_i = y_i·score_i and residuals r_i = score_i - y_i. That is the case of
+features unbounded (support R^d). DRFL's SVM experiments bound them (Propositions 6.3 /
+6.4: x in [-1, 1]^d or [0, 1]^d); then the adversary can move a feature only to the box's
+edge, lam needs no lower bound, and for the hinge loss the per-sample term is
+(``box_worst_case_risk``)
+
+    keep_i(lam) = max(0, 1 - m_i + sum_j max(0, |w_j| - lam)·dk_ij)
+    flip_i(lam) = max(0, 1 + m_i + sum_j max(0, |w_j| - lam)·df_ij) - lam·kappa
+
+with dk_ij (df_ij) the distance from x_ij to the box's edge in the direction that raises
+the hinge at the kept (flipped) label.
 """
 
 from __future__ import annotations
@@ -113,6 +123,66 @@ def worst_case_risk(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray,
     lams = np.concatenate([[lam_min], breaks[breaks > lam_min]])  # (K,)
     values = lams * rho + np.maximum(a[None, :], b[None, :] - kappa * lams[:, None]).mean(1)
     return float(values.min())
+
+
+BOXES = {"sym_box": (-1.0, 1.0), "unit_box": (0.0, 1.0)}  # DRFL Props 6.3 and 6.4
+
+
+def _box_distances(x: np.ndarray, y: np.ndarray, w: np.ndarray, support: str
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(N, d) room to move each feature in the direction that raises the hinge at the kept
+    label, and at the flipped one, inside the box."""
+    lo, hi = BOXES[support]
+    toward = np.sign(y[:, None] * w[None, :])  # +1: the kept label's hinge rises as x_j falls
+    keep = np.where(toward > 0, x - lo, hi - x) * (toward != 0)
+    flip = np.where(toward > 0, hi - x, x - lo) * (toward != 0)
+    return keep, flip
+
+
+def box_sample_terms(x: np.ndarray, y: np.ndarray, theta: np.ndarray, lam: np.ndarray,
+                     kappa: float, support: str) -> np.ndarray:
+    """(K, N): for each multiplier lam_k and sample i, sup over the box and both labels of
+    hinge(y'·score(x')) − lam_k (||x' − x_i||_1 + kappa·1[y' != y_i]) = max(keep, flip)."""
+    w, margin = theta[:-1], y * (design(x) @ theta)
+    dist_keep, dist_flip = _box_distances(x, y, w, support)
+    gain = np.maximum(np.abs(w)[None, :] - lam[:, None], 0.0)  # (K, d)
+    terms = np.maximum(0.0, 1 - margin[None, :] + gain @ dist_keep.T)
+    if math.isfinite(kappa):
+        flip = np.maximum(0.0, 1 + margin[None, :] + gain @ dist_flip.T) - kappa * lam[:, None]
+        terms = np.maximum(terms, flip)
+    return terms
+
+
+def box_worst_case_risk(x: np.ndarray, y: np.ndarray, theta: np.ndarray, rho: float,
+                        kappa: float, support: str) -> float:
+    """The hinge loss's worst case over the Wasserstein ball when features stay in the box
+    ``BOXES[support]``, exactly: min over lam >= 0 of lam·rho + mean_i box_sample_terms,
+    a convex piecewise-linear function of lam, evaluated at every kink (the |w_j|, and in
+    each interval between them the zeros and crossings of the linear pieces)."""
+    w, margin = theta[:-1], y * (design(x) @ theta)
+    dist_keep, dist_flip = _box_distances(x, y, w, support)
+    abs_w = np.abs(w)
+    flip_cost = kappa if math.isfinite(kappa) else 0.0
+    edges = np.unique(np.concatenate([[0.0], abs_w]))
+    candidates = [edges, edges[-1:] + 1.0]
+    for left, right in zip(edges, [*edges[1:], np.inf], strict=True):
+        mid = left + 1.0 if math.isinf(right) else (left + right) / 2
+        active = abs_w > mid  # the features whose gain is positive in this interval
+        # keep = max(0, ck - sk·lam), flip = max(0, cf - sf·lam) - kappa·lam on the interval
+        ck = 1 - margin + dist_keep[:, active] @ abs_w[active]
+        sk = dist_keep[:, active].sum(axis=1)
+        cf = 1 + margin + dist_flip[:, active] @ abs_w[active]
+        sf = dist_flip[:, active].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            roots = [ck / sk, cf / sf,  # where keep's and flip's max(0, .) kink
+                     # keep in {0, ck - sk·lam} meeting flip in {-kappa·lam, cf - (sf + kappa)·lam}
+                     cf / (sf + flip_cost), ck / (sk - flip_cost),
+                     (cf - ck) / (sf + flip_cost - sk)]
+        found = np.concatenate(roots)
+        candidates.append(found[np.isfinite(found) & (found >= left) & (found <= right)])
+    lams = np.unique(np.concatenate(candidates))
+    lams = lams[lams >= 0]
+    return float((lams * rho + box_sample_terms(x, y, theta, lams, kappa, support).mean(1)).min())
 
 
 def mean_loss(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> float:

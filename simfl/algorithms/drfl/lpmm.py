@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import cvxpy as cp
 import numpy as np
 
-from simfl.algorithms.drfl.problem import SOLVER, DRFLProblem, client_constraints, signed_design
+from simfl.algorithms.drfl.problem import SOLVER, DRFLProblem, omega
 from simfl.algorithms.drfl.projections import project_lp_ball
 
 
@@ -84,7 +84,6 @@ class PaperClient:
 
     def __init__(self, problem: DRFLProblem, s: int, c: float) -> None:
         client = problem.clients[s]
-        xs, ys = signed_design(problem.loss, client)
         self.w_server, self.z_s = cp.Parameter(problem.dim), cp.Parameter()
         self.psi, self.zeta = cp.Parameter(problem.dim), cp.Parameter()
         self.w, self.lam = cp.Variable(problem.dim), cp.Variable()
@@ -93,8 +92,7 @@ class PaperClient:
         objective = (self.zeta * value - self.psi @ self.w
                      + c / 2 * cp.sum_squares(self.w_server - self.w)
                      + c / 2 * cp.square(value - self.z_s))
-        cons = client_constraints(problem.loss, xs, ys, self.lam, self.alpha, self.w,
-                                  problem.kappa)
+        cons = omega(problem, s, self.lam, self.alpha, self.w)
         self.problem = cp.Problem(cp.Minimize(objective), cons)
 
     def solve(self, w: np.ndarray, z_s: float, psi: np.ndarray, zeta: float

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 
-from simfl.algorithms.drfl.losses import Loss, design, worst_case_risk
+from simfl.algorithms.drfl.losses import BOXES, Loss, box_worst_case_risk, design, worst_case_risk
 from simfl.algorithms.drfl.projections import dual_exponent
 
 SOLVER = "CLARABEL"
@@ -48,7 +48,9 @@ class ClientData:
 
 @dataclass(frozen=True)
 class DRFLProblem:
-    """Clients, loss and ambiguity: radii rho (S,), label cost kappa, ball (theta, p, q_hat)."""
+    """Clients, loss and ambiguity: radii rho (S,), label cost kappa, ball (theta, p, q_hat),
+    and the features' support: "none" (R^d) or a box of BOXES (the hinge loss only,
+    DRFL's Propositions 6.3 / 6.4)."""
 
     clients: tuple[ClientData, ...]
     loss: Loss
@@ -57,6 +59,7 @@ class DRFLProblem:
     theta: float
     p: float = 2.0
     q_hat: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    support: str = "none"
 
     def __post_init__(self) -> None:
         sizes = np.array([c.num_samples for c in self.clients], dtype=float)
@@ -67,6 +70,13 @@ class DRFLProblem:
         dual_exponent(self.p)  # validates p
         if self.kappa <= 0 or self.theta < 0 or np.any(self.rho < 0):
             raise ValueError("need kappa > 0, theta >= 0 and rho >= 0")
+        if self.support != "none":
+            if self.support not in BOXES or self.loss.name != "hinge":
+                raise ValueError(f"support must be 'none' or, for the hinge loss, one of "
+                                 f"{sorted(BOXES)}; got {self.support!r} with {self.loss.name}")
+            lo, hi = BOXES[self.support]
+            if any(np.any((c.x < lo) | (c.x > hi)) for c in self.clients):
+                raise ValueError(f"features outside the support {self.support} [{lo}, {hi}]")
 
     @property
     def num_clients(self) -> int:
@@ -102,11 +112,41 @@ def client_constraints(loss: Loss, x: np.ndarray | cp.Parameter,
     return cons
 
 
+def box_client_constraints(client: ClientData, lam: cp.Expression, alpha: cp.Expression,
+                           w: cp.Expression, kappa: float, support: str) -> list[cp.Constraint]:
+    """Omega_s of the hinge loss with features in a box (DRFL's Corollary B.4 with
+    C = [I; -I], i.e. Propositions 6.3 / 6.4): per sample, multipliers pi, tau >= 0 of the
+    box's upper and lower faces for the kept label (+) and the flipped one (-)."""
+    lo, hi = BOXES[support]
+    x, y = client.x, client.y
+    num, dim = x.shape
+    margin = cp.multiply(y, design(x) @ w)
+    yw = y[:, None] @ cp.reshape(w[:-1], (1, dim), order="C")  # (N, d): y_i w_j
+    cons = [lam >= 0, alpha >= 0]
+    sides = [(1.0, 0.0)] + ([(-1.0, kappa)] if math.isfinite(kappa) else [])  # kept, flipped
+    for sign, flip_cost in sides:
+        pi, tau = cp.Variable((num, dim), nonneg=True), cp.Variable((num, dim), nonneg=True)
+        slack = cp.sum(cp.multiply(pi, hi - x) + cp.multiply(tau, x - lo), axis=1)
+        cons += [1 - sign * margin + slack - flip_cost * lam <= alpha,
+                 cp.abs(pi - tau + sign * yw) <= lam]
+    return cons
+
+
 def signed_design(loss: Loss, client: ClientData) -> tuple[np.ndarray, np.ndarray | None]:
     """The constant data of Omega_s: (y·design(x), None) or (design(x), y)."""
     if loss.is_classification:
         return client.y[:, None] * design(client.x), None
     return design(client.x), client.y
+
+
+def omega(problem: DRFLProblem, s: int, lam: cp.Expression, alpha: cp.Expression,
+          w: cp.Expression) -> list[cp.Constraint]:
+    """Omega_s of client s for the problem's loss and support."""
+    client = problem.clients[s]
+    if problem.support != "none":
+        return box_client_constraints(client, lam, alpha, w, problem.kappa, problem.support)
+    xs, ys = signed_design(problem.loss, client)
+    return client_constraints(problem.loss, xs, ys, lam, alpha, w, problem.kappa)
 
 
 def dro_norm_term(z: cp.Expression, problem: DRFLProblem) -> cp.Expression:
@@ -128,8 +168,7 @@ def solve_direct(problem: DRFLProblem) -> Solution:
     cons = [z == t - eta + gamma, gamma >= 0]
     for s, client in enumerate(problem.clients):
         alpha = cp.Variable(client.num_samples)
-        xs, ys = signed_design(problem.loss, client)
-        cons += client_constraints(problem.loss, xs, ys, lam[s], alpha, w, problem.kappa)
+        cons += omega(problem, s, lam[s], alpha, w)
         cons.append(t[s] == lam[s] * problem.rho[s] + cp.sum(alpha) / client.num_samples)
     objective = eta + problem.q_hat @ z + dro_norm_term(z, problem)
     cp.Problem(cp.Minimize(objective), cons).solve(solver=SOLVER)
@@ -138,6 +177,9 @@ def solve_direct(problem: DRFLProblem) -> Solution:
 
 def client_risks(problem: DRFLProblem, theta: np.ndarray) -> np.ndarray:
     """(S,) worst-case risk R_s(theta) of each client over its Wasserstein ball."""
+    if problem.support != "none":
+        return np.array([box_worst_case_risk(c.x, c.y, theta, r, problem.kappa, problem.support)
+                         for c, r in zip(problem.clients, problem.rho, strict=True)])
     return np.array([worst_case_risk(problem.loss, c.x, c.y, theta, r, problem.kappa)
                      for c, r in zip(problem.clients, problem.rho, strict=True)])
 

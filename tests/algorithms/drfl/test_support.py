@@ -1,0 +1,109 @@
+"""DRFL with bounded features (Propositions 6.3 / 6.4): the closed-form worst case equals
+Corollary B.4's program, a brute-force search over the box, and the direct optimum; the
+paper's Algorithm 1 reaches it."""
+
+from __future__ import annotations
+
+import itertools
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+from simfl.algorithms.drfl.losses import (
+    BOXES,
+    Loss,
+    box_sample_terms,
+    box_worst_case_risk,
+    worst_case_risk,
+)
+from simfl.algorithms.drfl.lpmm import run_paper_admm
+from simfl.algorithms.drfl.problem import (
+    ClientData,
+    DRFLProblem,
+    box_client_constraints,
+    objective,
+    solve_direct,
+)
+
+
+def box_clients(support: str, seed: int = 0) -> tuple[ClientData, ...]:
+    lo, hi = BOXES[support]
+    rng = np.random.default_rng(seed)
+    clients = []
+    for s in range(3):
+        x = rng.uniform(lo, hi, size=(12, 3))
+        y = np.sign(x @ np.array([1.0, -1.0, 0.5]) - (lo + hi) / 4 + 0.3 * rng.normal(size=12)
+                    + 0.1 * s)
+        clients.append(ClientData(x, np.where(y == 0, 1.0, y)))
+    return tuple(clients)
+
+
+@pytest.mark.parametrize("support", sorted(BOXES))
+def test_closed_form_equals_corollary_b4s_program(support: str) -> None:
+    rng = np.random.default_rng(1)
+    lo, hi = BOXES[support]
+    for _ in range(4):
+        x, y = rng.uniform(lo, hi, (15, 3)), np.sign(rng.normal(size=15))
+        theta = 2 * rng.normal(size=4)
+        lam, alpha = cp.Variable(), cp.Variable(15)
+        cons = box_client_constraints(ClientData(x, y), lam, alpha, theta, 1.0, support)
+        program = cp.Problem(cp.Minimize(0.2 * lam + cp.sum(alpha) / 15), cons)
+        assert box_worst_case_risk(x, y, theta, 0.2, 1.0, support) == pytest.approx(
+            program.solve(solver="CLARABEL"), rel=1e-6, abs=1e-7)
+
+
+@pytest.mark.parametrize("support", sorted(BOXES))
+def test_the_per_sample_term_is_the_sup_over_the_box_and_both_labels(support: str) -> None:
+    """sup over x' in the box (a grid) and y' of hinge(y' score(x')) − λ(‖x' − x̂‖₁ +
+    κ·1[y' ≠ y]) against the closed form, for several λ."""
+    lo, hi = BOXES[support]
+    x_hat, theta, kappa = np.array([[0.3, 0.8]]), np.array([1.5, -0.4, 0.1]), 0.7
+    grid = np.linspace(lo, hi, 101)
+    points = np.array(list(itertools.product(grid, grid)))  # exact: the optimum is a vertex
+    score = points @ theta[:2] + theta[2]
+    cost = np.abs(points - x_hat).sum(axis=1)
+    for y in (1.0, -1.0):
+        for lam in (0.0, 0.3, 1.0, 2.0):
+            brute = max((np.maximum(0, 1 - y * score) - lam * cost).max(),
+                        (np.maximum(0, 1 + y * score) - lam * (cost + kappa)).max())
+            closed = box_sample_terms(x_hat, np.array([y]), theta, np.array([lam]), kappa,
+                                      support)
+            assert closed[0, 0] == pytest.approx(brute, abs=1e-9)
+
+
+@pytest.mark.parametrize("support", sorted(BOXES))
+def test_a_box_restricts_the_adversary(support: str) -> None:
+    rng = np.random.default_rng(2)
+    lo, hi = BOXES[support]
+    for _ in range(50):
+        x, y = rng.uniform(lo, hi, (10, 3)), np.sign(rng.normal(size=10))
+        theta, rho = rng.normal(size=4) * rng.uniform(0.1, 3), rng.uniform(0, 1)
+        unbounded = worst_case_risk(Loss("hinge"), x, y, theta, rho, 1.0)
+        assert box_worst_case_risk(x, y, theta, rho, 1.0, support) <= unbounded + 1e-9
+        if rho == 0:
+            assert box_worst_case_risk(x, y, theta, 0.0, 1.0, support) == unbounded
+
+
+@pytest.mark.parametrize("support", sorted(BOXES))
+def test_direct_optimum_is_the_min_max_and_algorithm_1_reaches_it(support: str) -> None:
+    problem = DRFLProblem(box_clients(support), Loss("hinge"), rho=0.1, kappa=1.0, theta=0.2,
+                          support=support)
+    solution = solve_direct(problem)
+    assert objective(problem, solution.theta) == pytest.approx(solution.objective, rel=1e-5)
+    rng = np.random.default_rng(3)
+    for _ in range(20):  # no nearby model does better on the exact min-max objective
+        nearby = solution.theta + 0.05 * rng.normal(size=solution.theta.size)
+        assert objective(problem, nearby) >= solution.objective - 1e-7
+    state = run_paper_admm(problem, c=1.0, num_iters=300)
+    gap = (objective(problem, state.w) - solution.objective) / abs(solution.objective)
+    assert -1e-6 <= gap <= 1e-3
+
+
+def test_a_box_needs_the_hinge_loss_and_data_inside_it() -> None:
+    with pytest.raises(ValueError, match="hinge"):
+        DRFLProblem(box_clients("sym_box"), Loss("logistic"), rho=0.1, kappa=1.0, theta=0.2,
+                    support="sym_box")
+    with pytest.raises(ValueError, match="outside the support"):
+        DRFLProblem(box_clients("sym_box"), Loss("hinge"), rho=0.1, kappa=1.0, theta=0.2,
+                    support="unit_box")
