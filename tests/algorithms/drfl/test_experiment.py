@@ -15,6 +15,7 @@ from simfl.algorithms.drfl.experiment import (
     load_experiment,
     run_experiment,
     summary_table,
+    wisconsin_original,
 )
 from simfl.cli import main
 from simfl.errors import InputError
@@ -48,6 +49,7 @@ def test_study_file_is_the_default_study() -> None:
     ("[experiment]\nseed = [1]", "unknown key 'experiment.seed' (did you mean 'experiment.seeds'"),
     ("[experiment]\ntrain_share = 1.5", "'experiment.train_share' = 1.5 must be in (0, 1)"),
     ("[experiment]\nloss = 'huber'", "'experiment.loss'"),
+    ("[experiment]\ndataset = 'iris'", "'experiment.dataset' = 'iris' must be"),
     ("[population.availability]\nmode = 'never'", "'population.availability.mode'"),
     ("[drfl]\nx = 1", "unknown table 'drfl'"),
 ])
@@ -82,3 +84,15 @@ def test_tiny_study_end_to_end(tmp_path: Path) -> None:
     assert (iters["t_end_s"] > iters["t_start_s"]).all() and (iters["bytes_up"] > 0).all()
     assert summary_table(acc).height == 3 * len(METHODS)
     assert all(p.stat().st_size > 0 for p in write_figures(tables, tmp_path / "fig"))
+
+
+def test_the_papers_breast_cancer_set_is_wisconsin_original_scaled_to_the_box() -> None:
+    x, y = wisconsin_original()
+    assert x.shape == (683, 9)  # 699 rows, 16 with a missing bare-nuclei value dropped
+    np.testing.assert_array_equal(x.min(axis=0), -1.0)
+    np.testing.assert_array_equal(x.max(axis=0), 1.0)
+    assert ((y == 1).sum(), (y == -1).sum()) == (444, 239)  # benign, malignant
+    np.testing.assert_allclose((x + 1) / 2 * 9 + 1, np.round((x + 1) / 2 * 9 + 1))  # 1..10
+    split = load_breast_cancer_split(ExperimentConfig(dataset="wisconsin_original"), Streams(0))
+    assert sum(c.num_samples for c in split.clients) == round(0.6 * 683)
+    assert np.abs(split.x_test).max() <= 1.0  # not standardised: still in the box
