@@ -312,7 +312,8 @@ def collect(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str,
                       pl.lit(r.run_id).alias("run_id"),
                       *(pl.lit(v).alias(k) for k, v in r.params.items()))
                   for r in done]
-        frame = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
+        # a run from before a column was added lacks it: null there
+        frame = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
         frame.write_parquet(sweep.out_dir / f"{table}.parquet")
         rows[table] = frame.height
     return rows

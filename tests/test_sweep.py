@@ -104,6 +104,15 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     names = {p.name for p in plot_sweep(sweep.out_dir)}
     assert names == {"protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
                      "p90_vs_bytes_by_estimator.png"}
+    # a run written before eval gained client_idx still collects, with nulls there
+    old = sweep.runs[0].run_dir / "eval.parquet"
+    pl.read_parquet(old).drop("client_idx").write_parquet(old)
+    collect(sweep)
+    evals = pl.read_parquet(sweep.out_dir / "eval.parquet")
+    first = evals.filter(pl.col("run_id") == sweep.runs[0].run_id)
+    assert first.height and first["client_idx"].null_count() == first.height
+    assert evals.filter((pl.col("run_id") != sweep.runs[0].run_id)
+                        & (pl.col("split") == "train"))["client_idx"].null_count() == 0
 
 
 def test_ray_backend_gives_the_sequential_files(tmp_path: Path) -> None:
