@@ -1,0 +1,103 @@
+"""Wall time of whole runs, split by where it goes, so README's cost column is measured.
+
+    SIMFL_DATA_DIR=../shared/data python bench/run_time.py [--only NAME ...]
+
+Each scenario runs in a fresh subprocess (so imports count) under cProfile; the split is
+the cumulative time of: importing simfl.run, loading the data, local training
+(train_cohort), loss reports (Learner.report_losses), selection with its bias oracle
+(Learner.select, which evaluates every training device every estimator.bias_every
+rounds), evaluation (Learner.evaluate), Parquet (Recorder.flush / close), and the rest
+(the SimPy engine, the population, checkpoints, reading parts back). Parquet is every
+atomic write (parts, merged tables, the manifest). cProfile slows Python-heavy parts a
+little; the wall time is measured in a separate run without it. Take the figures on a
+quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+SCENARIOS = {
+    "quick_synthetic": ["scenarios/quick_synthetic.toml"],
+    "demo_synthetic": ["scenarios/demo_synthetic.toml"],
+    "diurnal_emnist_small": ["scenarios/diurnal_emnist_small.toml"],
+    "diurnal_emnist_50": ["scenarios/diurnal_emnist.toml", "--set", "server.num_rounds=50",
+                          "--set", "eval.every=50"],
+}
+PARTS = {  # (file suffix, function name) -> label
+    ("data/__init__.py", "load_data"): "data",
+    ("train/cohort.py", "train_cohort"): "training",
+    ("train/learner.py", "report_losses"): "loss reports",
+    ("train/learner.py", "select"): "selection + bias oracle",
+    ("train/learner.py", "evaluate"): "evaluation",
+    ("records.py", "write_atomically"): "parquet",
+}
+
+
+def child(args: list[str], out: str) -> None:
+    """Run one scenario under cProfile; write {label: seconds} to ``out``."""
+    start = time.perf_counter()
+    import simfl.run  # noqa: F401  (timed: the import itself)
+
+    imported = time.perf_counter() - start
+    from simfl.cli import main
+
+    profile = cProfile.Profile()
+    with tempfile.TemporaryDirectory() as tmp:
+        profile.enable()
+        code = main([*args, "--out", str(Path(tmp) / "run"), "--quiet"])
+        profile.disable()
+    if code != 0:
+        raise SystemExit(f"{args}: exit {code}")
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    split = {"import": imported}
+    for (path, _, name), (_, _, _, cumulative, _) in stats.items():
+        for (suffix, function), label in PARTS.items():
+            if name == function and path.endswith(suffix):
+                split[label] = split.get(label, 0.0) + cumulative
+    total = max((c for (p, _, n), (_, _, _, c, _) in stats.items()
+                 if n == "main" and p.endswith("simfl/cli.py")), default=0.0)
+    split["profiled total"] = imported + total
+    Path(out).write_text(json.dumps(split))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
+    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[1:], args.child[0])
+        return
+    labels = ["import", "data", "training", "loss reports", "selection + bias oracle",
+              "evaluation", "parquet"]
+    print("| scenario | wall (s) | " + " | ".join(labels) + " | rest |")
+    print("|---|---|" + "---|" * (len(labels) + 1))
+    for name in args.only or SCENARIOS:
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "simfl", *SCENARIOS[name], "--out",
+                            str(Path(tmp) / "run"), "--quiet"], cwd=ROOT, check=True,
+                           capture_output=True)
+            wall = time.perf_counter() - plain
+            out = Path(tmp) / "split.json"
+            subprocess.run([sys.executable, __file__, "--child", str(out), *SCENARIOS[name]],
+                           cwd=ROOT, check=True, capture_output=True)
+            split = json.loads(out.read_text())
+        parts = [split.get(label, 0.0) for label in labels]
+        rest = split["profiled total"] - sum(parts)
+        print(f"| {name} | {wall:.1f} | " + " | ".join(f"{p:.1f}" for p in parts)
+              + f" | {rest:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
