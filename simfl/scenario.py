@@ -414,6 +414,44 @@ def _check_server(scenario: Scenario, source: str) -> None:
                          f"use one of {list(ASYNC_ESTIMATORS)} (others may shadow)")
 
 
+# The keys of [aggregator] each rule reads (every rule reads 'name'); a key of another
+# rule set away from its default is an error, as for the server modes' keys.
+AGGREGATOR_KEYS: dict[str, tuple[str, ...]] = {
+    "fedavg": (), "fedprox": ("mu",), "deltafl": ("theta",), "fedavg_sub": ("theta",),
+    "qffl": ("q",), "term": ("tilt",), "afl": ("lambda_step",), "drfa": ("lambda_step",),
+}
+# The estimators that read each estimator sub-table or key.
+ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
+    "secure_mm": ("secure_mm",), "secure_bisection": ("secure_bisection",),
+    "tracking": ("tracking",), "ipw": ("ipw",),
+    "noise_std": ("secure_mm", "secure_bisection", "tracking"),
+}
+
+
+def _check_meaning(scenario: Scenario, source: str) -> None:
+    """Hyperparameters of a rule or estimator that the run does not use (set away from
+    their defaults) are errors naming the key and what is chosen instead.
+
+    The comparison is with the default, not with what the file spells out, so that
+    ``--set aggregator.name=fedavg`` on a Δ-FL scenario at the default θ still loads.
+    """
+    agg, default = scenario.aggregator, AggregatorConfig()
+    for key in ("theta", "mu", "q", "tilt", "lambda_step"):
+        if key not in AGGREGATOR_KEYS[agg.name] and getattr(agg, key) != getattr(default, key):
+            raise InputError(f"{source}: 'aggregator.{key}' = {getattr(agg, key)!r} has no "
+                             f"meaning with 'aggregator.name' = {agg.name!r}")
+    est, est_default = scenario.estimator, EstimatorConfig()
+    used = {est.name, *est.shadow}
+    for key, readers in ESTIMATOR_KEYS.items():
+        if not used & set(readers) and getattr(est, key) != getattr(est_default, key):
+            raise InputError(f"{source}: 'estimator.{key}' is set but no estimator that "
+                             f"reads it ({', '.join(readers)}) is 'estimator.name' or in "
+                             f"'estimator.shadow'")
+    if est.bias_every == 0 and est.decomposition_draws != est_default.decomposition_draws:
+        raise InputError(f"{source}: 'estimator.decomposition_draws' has no meaning with "
+                         f"'estimator.bias_every' = 0 (no bias rounds)")
+
+
 def _check_relations(scenario: Scenario, source: str) -> None:
     """Checks that involve more than one key."""
     _check_server(scenario, source)
@@ -421,6 +459,7 @@ def _check_relations(scenario: Scenario, source: str) -> None:
     if bisection.high <= bisection.low:
         raise InputError(f"{source}: 'estimator.secure_bisection.high' = {bisection.high!r} "
                          f"must be > 'estimator.secure_bisection.low' = {bisection.low!r}")
+    _check_meaning(scenario, source)
 
 
 def to_dict(scenario: Scenario) -> dict[str, Any]:

@@ -51,6 +51,19 @@ def write(tmp_path: Path, text: str) -> Path:
     ("[estimator.secure_bisection]\nlow = 2.0\nhigh = 1.0\n",
      "'estimator.secure_bisection.high' = 1.0 must be > 'estimator.secure_bisection.low'"),
     ("[estimator.tracking]\nstep = 0\n", "'estimator.tracking.step' = 0.0 must be > 0"),
+    # a rule's or an estimator's knob that the chosen ones do not read
+    ("[aggregator]\nname = \"fedavg\"\nq = 3.0\n",
+     "'aggregator.q' = 3.0 has no meaning with 'aggregator.name' = 'fedavg'"),
+    ("[aggregator]\nname = \"qffl\"\nq = 3.0\nmu = 2.0\n",
+     "'aggregator.mu' = 2.0 has no meaning with 'aggregator.name' = 'qffl'"),
+    ("[aggregator]\nname = \"term\"\ntheta = 0.8\n",
+     "'aggregator.theta' = 0.8 has no meaning with 'aggregator.name' = 'term'"),
+    ("[aggregator]\nname = \"deltafl\"\n[estimator.secure_mm]\ntol = 0.01\n",
+     "'estimator.secure_mm' is set but no estimator that reads it (secure_mm)"),
+    ("[aggregator]\nname = \"deltafl\"\n[estimator]\nshadow = [\"ipw\"]\nnoise_std = 0.1\n",
+     "'estimator.noise_std' is set but no estimator that reads it"),
+    ("[estimator]\ndecomposition_draws = 10\n",
+     "'estimator.decomposition_draws' has no meaning with 'estimator.bias_every' = 0"),
 ])
 def test_bad_scenarios_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
     with pytest.raises(InputError) as info:
@@ -78,3 +91,22 @@ def test_shipped_tunings_expand_to_valid_scenarios(path: Path) -> None:
 
     sweep, criterion, grid = load_tuning(path)
     assert sweep.runs and grid and criterion
+
+
+@pytest.mark.parametrize("text", [
+    "[aggregator]\nname = \"qffl\"\nq = 3.0\n",
+    "[aggregator]\nname = \"drfa\"\nlambda_step = 0.01\n",
+    "[aggregator]\nname = \"deltafl\"\ntheta = 0.1\n[estimator]\nname = \"ipw\"\n"
+    "shadow = [\"tracking\"]\nnoise_std = 0.1\n[estimator.tracking]\nstep = 0.5\n",
+    "[aggregator]\nname = \"deltafl\"\n[estimator]\nbias_every = 5\ndecomposition_draws = 9\n",
+])
+def test_knobs_of_the_chosen_rule_and_estimators_load(tmp_path: Path, text: str) -> None:
+    load_scenario(write(tmp_path, text))
+
+
+def test_switching_rule_from_the_command_line_keeps_default_knobs(tmp_path: Path) -> None:
+    """``--set aggregator.name=fedavg`` on a Δ-FL file at the default θ loads (make run)."""
+    path = write(tmp_path, "[aggregator]\nname = \"deltafl\"\ntheta = 0.5\n")
+    assert load_scenario(path, ["aggregator.name=fedavg"]).aggregator.name == "fedavg"
+    with pytest.raises(InputError, match="'aggregator.theta' = 0.8 has no meaning"):
+        load_scenario(path, ["aggregator.name=fedavg", "aggregator.theta=0.8"])
