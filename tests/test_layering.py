@@ -98,3 +98,38 @@ def test_no_module_imports_another_modules_private_names() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simfl"):
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 assert not private, f"{path.relative_to(PACKAGE.parent)} imports {private}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """No two modules import each other, directly or round a loop, by any import: inside
+    functions and under ``TYPE_CHECKING`` too (a package's ``__init__`` re-exporting its
+    modules is the one allowed edge back)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = sorted(t for t in targets
+                             if t in modules and t != name and not name.startswith(t + "."))
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, f"import cycle: {' -> '.join((*path, node))}"
+        if node in done:
+            return
+        for child in graph[node]:
+            visit(child, (*path, node))
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, ())

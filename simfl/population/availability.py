@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from simfl.errors import InputError, RunFailed
-from simfl.population.devices import DeviceTable
 from simfl.population.diurnal import diurnal_intervals
+from simfl.population.table import DeviceTable
 from simfl.population.trace import read_trace, write_trace
 from simfl.rng import Streams
 from simfl.scenario import AvailabilityConfig

@@ -9,38 +9,14 @@ Random draws come from named streams: ``population.region``, ``population.comput
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 from simfl.population import compute, network
+from simfl.population.table import DeviceTable
 from simfl.rng import Streams
 from simfl.scenario import PopulationConfig
-
-
-@dataclass(frozen=True)
-class DeviceTable:
-    """One row per device; every array has shape (N,)."""
-
-    client_idx: np.ndarray  # int64: the training client this device holds
-    region_idx: np.ndarray  # int32: index into region_names
-    utc_offset_s: np.ndarray  # float64: local time = UTC + offset
-    speed_rel: np.ndarray  # float64: training speed relative to the median phone
-    train_s_per_sample: np.ndarray  # float64: seconds per training sample of the model
-    down_bytes_per_s: np.ndarray  # float64: access-link downlink
-    up_bytes_per_s: np.ndarray  # float64: access-link uplink
-    latency_s: np.ndarray  # float64: access-link latency (round trip)
-    failure_rate_per_h: np.ndarray  # float64: failure hazard per hour of participation
-    region_names: tuple[str, ...] = ()
-
-    @property
-    def num_devices(self) -> int:
-        return int(self.client_idx.shape[0])
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """The per-device columns by name (for a devices table in Parquet)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "region_names"}
 
 
 def default_data_dir() -> Path | None:

@@ -20,15 +20,13 @@ NIC, so that they only bind when configured thin.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import networkx as nx
 import numpy as np
 
+from simfl.population.table import DeviceTable
 from simfl.scenario import NetworkConfig
-
-if TYPE_CHECKING:
-    from simfl.population.devices import DeviceTable
 
 Direction = Literal["down", "up"]
 DIRECTIONS: tuple[Direction, ...] = ("down", "up")
