@@ -38,7 +38,23 @@ FORBIDDEN = {
     "records.py": ("torch", "simfl.sim", "simfl.train", "simfl.run"),
     "plots": ("torch", "simfl.sim", "simfl.train", "simfl.run", "simfl.algorithms"),
     "cli.py": ("torch", "simpy"),  # at module level: the commands import what they need
+    "algorithms": ("torch", "simfl.train", "simfl.quantile", "simfl.checkpoint", "simfl.run",
+                   "simfl.sweep", "simfl.tune", "simfl.cli"),
+    "metrics.py": ("simfl.", "torch", "simpy"),
+    "checkpoint.py": ("simfl.run", "simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots"),
+    "run.py": ("simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
+    "sweep.py": ("torch", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
+    "tune.py": ("torch", "simpy", "simfl.cli", "simfl.plots", "simfl.algorithms"),
+    "__init__.py": ("simfl.",),
+    "__main__.py": ("torch", "simpy", "simfl.run"),
 }
+
+
+def test_every_package_and_module_has_a_row() -> None:
+    """A new package or top-level module must say what it may not import."""
+    units = {p.name for p in PACKAGE.iterdir()
+             if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    assert units == set(FORBIDDEN)
 
 
 def top_level_imports(path: Path) -> set[str]:
