@@ -1,7 +1,7 @@
 """The reproduction table of a paper sweep, cell by cell against the Δ-FL papers.
 
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
-        [--ecdf OUT.png] [--scatter OUT.png]
+        [--ecdf OUT.png] [--scatter OUT.png] [--versus fedavg] [--also OTHER.sweep.toml]
 
 Reads every complete run of the sweep (its manifest and final evaluation) and
 prints one markdown row per variant: simfl's mean ± std over the seeds present
@@ -16,6 +16,16 @@ Shifts in Federated Learning with Superquantile Aggregation" (NeurIPS 2022
 workshop), Tables 1-2 (every rule but FedAvg-Sub; the long paper's Tables 2-3
 repeat the FedAvg and Δ-FL cells), and the CISS 2021 paper's Table I for
 FedAvg-Sub (ConvNet only). ``../shared/papers/`` has both.
+
+``--versus V`` adds simfl's own comparison of every variant with variant V: the
+difference in 90th-percentile and mean test error paired by seed (a seed fixes
+the writers kept, the held-out half and the initial model, so the rules of one
+seed share them), its mean with a 95% t-interval, and the paired t-test's p.
+``--also`` adds the runs of another sweep of the same model (e.g. the baselines).
+
+The papers' AFL row is q-FFL with q = 10 ("We use q-FFL with q = 10 in place of
+AFL", workshop paper, Baselines): simfl's ``qffl_10`` variant is set beside it, and
+simfl's own AFL (``afl``, Mohri et al.'s projected ascent on λ) too.
 
 ``--errors`` writes the final per-device test errors of every run; ``--ecdf``
 draws their ECDF and ``--scatter`` the error against local data size, one
@@ -45,6 +55,7 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
     ("linear", "qffl"): ((49.90, 0.58), (34.34, 0.33)),
     ("linear", "term"): ((48.59, 0.62), (34.02, 0.30)),
     ("linear", "afl"): ((51.62, 0.28), (39.33, 0.27)),
+    ("linear", "qffl_10"): ((51.62, 0.28), (39.33, 0.27)),  # the papers' "AFL" row
     ("linear", "deltafl_0_8"): ((49.10, 0.24), (34.49, 0.26)),
     ("linear", "deltafl_0_5"): ((48.44, 0.38), (35.02, 0.20)),
     ("linear", "deltafl_0_1"): ((50.34, 0.95), (38.33, 0.48)),
@@ -54,6 +65,7 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
     ("convnet", "qffl"): ((28.02, 0.80), (16.59, 0.30)),
     ("convnet", "term"): ((25.46, 1.49), (15.68, 0.38)),
     ("convnet", "afl"): ((45.08, 1.00), (33.01, 0.37)),
+    ("convnet", "qffl_10"): ((45.08, 1.00), (33.01, 0.37)),
     ("convnet", "deltafl_0_8"): ((26.23, 1.15), (16.09, 0.40)),
     ("convnet", "deltafl_0_5"): ((23.69, 0.94), (15.49, 0.30)),
     ("convnet", "deltafl_0_1"): ((25.46, 2.77), (16.37, 1.03)),
@@ -85,11 +97,14 @@ def main() -> None:
     parser.add_argument("--errors", help="write the final test errors of every run here")
     parser.add_argument("--ecdf", help="draw the ECDF of the final test errors here (PNG)")
     parser.add_argument("--scatter", help="draw error against data size here (PNG)")
+    parser.add_argument("--versus", help="compare every variant with this one, paired by seed")
+    parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
     args = parser.parse_args()
     sweep = load_sweep(args.sweep)
     model = load_scenario(sweep.scenario, sweep.runs[0].overrides).model.name
+    runs = [run for path in (args.sweep, *args.also) for run in load_sweep(path).runs]
     rows, errors = [], []
-    for run in sweep.runs:
+    for run in runs:
         if not is_complete(run.run_dir):
             continue
         manifest = json.loads((run.run_dir / "manifest.json").read_text())
@@ -105,14 +120,14 @@ def main() -> None:
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
-    print(f"{sweep.name} ({model}): {table.height} complete runs of {len(sweep.runs)}; "
+    print(f"{sweep.name} ({model}): {table.height} complete runs of {len(runs)}; "
           f"devices: {', '.join(sorted(set(table['device'])))}")
     print("Test error in %, mean ± std over seeds; p: Welch's t-test against the paper "
           f"({PAPER_SEEDS} seeds), agree when p ≥ 0.05.\n")
     print("| rule | runs | p90: simfl | paper | p | mean: simfl | paper | p "
           "| sample-weighted mean | wall time per run |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    order = list(dict.fromkeys(r.params.get("variant", "") for r in sweep.runs))
+    order = list(dict.fromkeys(r.params.get("variant", "") for r in runs))
     for variant in order:
         part = table.filter(pl.col("variant") == variant)
         if part.height == 0:
@@ -122,6 +137,8 @@ def main() -> None:
         print(f"| {variant} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall.mean() / 60:.1f} min |")
+    if args.versus:
+        versus(table, args.versus, order)
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
     first = (pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
@@ -132,6 +149,35 @@ def main() -> None:
         if out:
             save_figure(draw(first, f"{sweep.name}: {what}"), out)
             print(out)
+
+
+def versus(table: pl.DataFrame, reference: str, order: list[str]) -> None:
+    """Each variant minus ``reference``, paired by seed: mean [95% t-interval], paired p."""
+    ref = table.filter(pl.col("variant") == reference).select("seed", "p90", "mean")
+    if ref.height == 0:
+        raise SystemExit(f"--versus {reference}: no complete run of that variant")
+    print(f"\nEach rule minus {reference}, paired by seed (percentage points; 95% t-interval "
+          f"over the seeds both have; p: paired t-test)\n")
+    print("| rule | seeds | p90 difference | p | mean difference | p |")
+    print("|---|---|---|---|---|---|")
+    for variant in order:
+        if variant == reference:
+            continue
+        both = table.filter(pl.col("variant") == variant).join(ref, on="seed", suffix="_ref")
+        if both.height == 0:
+            continue
+        cells = [_paired(100 * (both[m] - both[f"{m}_ref"]).to_numpy()) for m in ("p90", "mean")]
+        print(f"| {variant} | {', '.join(map(str, sorted(both['seed'])))} | "
+              f"{cells[0]} | {cells[1]} |")
+
+
+def _paired(diff: np.ndarray) -> str:
+    """'mean [low, high] | p' of paired differences; the value alone for one seed."""
+    if len(diff) < 2:
+        return f"{diff[0]:+.2f} | —"
+    half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
+    p = float(stats.ttest_1samp(diff, 0.0).pvalue)
+    return f"{diff.mean():+.2f} [{diff.mean() - half:+.2f}, {diff.mean() + half:+.2f}] | {p:.2g}"
 
 
 def _pm(values: np.ndarray) -> str:
