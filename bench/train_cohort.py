@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--convnet-grid", action="store_true")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,7 +131,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "cohort.pt")
         torch.save(clients, path)
-        for model_name in MODELS:
+        for model_name in args.models:
             auto = choose_backend("auto", build_model(model_name, (1, 28, 28), 62),
                                   torch.device("cpu"))
             for backend in ("batched", "loop", "auto"):
@@ -140,6 +141,8 @@ def main() -> None:
                       f"peak RSS {r['peak_rss_mb']:7.0f} MB "
                       f"(+{r['round_rss_growth_mb']:.0f} MB during the rounds)")
     for model_name, k in (("linear", 100), ("convnet", 10)):
+        if model_name not in args.models:
+            continue
         print(f"float64 max relative |batched - loop| / |loop| over {k} clients, "
               f"{model_name}: {float64_gap(clients, model_name, k):.2e}")
 
