@@ -128,39 +128,49 @@ def worst_case_risk(loss: Loss, x: np.ndarray, y: np.ndarray, theta: np.ndarray,
 BOXES = {"sym_box": (-1.0, 1.0), "unit_box": (0.0, 1.0)}  # DRFL Props 6.3 and 6.4
 
 
-def _box_distances(x: np.ndarray, y: np.ndarray, w: np.ndarray, support: str
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(N, d) room to move each feature in the direction that raises the hinge at the kept
-    label, and at the flipped one, inside the box."""
+def _box_geometry(x: np.ndarray, y: np.ndarray, w: np.ndarray, support: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The samples projected on the box p (N, d), their ℓ1 distances to it (N,), and the
+    room (N, d) to move each feature of p, inside the box, in the direction that raises the
+    hinge at the kept label, and at the flipped one."""
     lo, hi = BOXES[support]
+    proj = np.clip(x, lo, hi)
     toward = np.sign(y[:, None] * w[None, :])  # +1: the kept label's hinge rises as x_j falls
-    keep = np.where(toward > 0, x - lo, hi - x) * (toward != 0)
-    flip = np.where(toward > 0, hi - x, x - lo) * (toward != 0)
-    return keep, flip
+    keep = np.where(toward > 0, proj - lo, hi - proj) * (toward != 0)
+    flip = np.where(toward > 0, hi - proj, proj - lo) * (toward != 0)
+    return proj, np.abs(x - proj).sum(axis=1), keep, flip
 
 
 def box_sample_terms(x: np.ndarray, y: np.ndarray, theta: np.ndarray, lam: np.ndarray,
                      kappa: float, support: str) -> np.ndarray:
-    """(K, N): for each multiplier lam_k and sample i, sup over the box and both labels of
-    hinge(y'·score(x')) − lam_k (||x' − x_i||_1 + kappa·1[y' != y_i]) = max(keep, flip)."""
-    w, margin = theta[:-1], y * (design(x) @ theta)
-    dist_keep, dist_flip = _box_distances(x, y, w, support)
+    """(K, N): for each multiplier lam_k and sample i, Propositions 6.3 / 6.4's alpha_i,
+    max(0, keep, flip). For x_i in the box it is the sup over the box and both labels of
+    hinge(y'·score(x')) − lam_k (||x' − x_i||_1 + kappa·1[y' != y_i]); for x_i outside,
+    the adversary first moves it to its projection p_i on the box (cost lam·d_i), and the
+    floor alpha >= 0 that the propositions print stays (the exact sup would be −lam·d_i
+    there: it makes the problem unbounded when rho is below the mean d_i)."""
+    w = theta[:-1]
+    proj, outside, dist_keep, dist_flip = _box_geometry(x, y, w, support)
+    margin = y * (design(proj) @ theta)
     gain = np.maximum(np.abs(w)[None, :] - lam[:, None], 0.0)  # (K, d)
-    terms = np.maximum(0.0, 1 - margin[None, :] + gain @ dist_keep.T)
+    moved = lam[:, None] * outside[None, :]  # (K, N)
+    terms = np.maximum(0.0, 1 - margin[None, :] + gain @ dist_keep.T - moved)
     if math.isfinite(kappa):
-        flip = np.maximum(0.0, 1 + margin[None, :] + gain @ dist_flip.T) - kappa * lam[:, None]
+        flip = 1 + margin[None, :] + gain @ dist_flip.T - kappa * lam[:, None] - moved
         terms = np.maximum(terms, flip)
     return terms
 
 
 def box_worst_case_risk(x: np.ndarray, y: np.ndarray, theta: np.ndarray, rho: float,
                         kappa: float, support: str) -> float:
-    """The hinge loss's worst case over the Wasserstein ball when features stay in the box
-    ``BOXES[support]``, exactly: min over lam >= 0 of lam·rho + mean_i box_sample_terms,
-    a convex piecewise-linear function of lam, evaluated at every kink (the |w_j|, and in
-    each interval between them the zeros and crossings of the linear pieces)."""
-    w, margin = theta[:-1], y * (design(x) @ theta)
-    dist_keep, dist_flip = _box_distances(x, y, w, support)
+    """Propositions 6.3 / 6.4's R_s at theta, exactly: min over lam >= 0 of lam·rho + mean_i
+    box_sample_terms, a convex piecewise-linear function of lam, evaluated at every kink
+    (the |w_j|, and in each interval between them the zeros and crossings of the pieces).
+    For samples in the box it is the hinge loss's worst case over the Wasserstein ball with
+    features kept in the box."""
+    w = theta[:-1]
+    proj, outside, dist_keep, dist_flip = _box_geometry(x, y, w, support)
+    margin = y * (design(proj) @ theta)
     abs_w = np.abs(w)
     flip_cost = kappa if math.isfinite(kappa) else 0.0
     edges = np.unique(np.concatenate([[0.0], abs_w]))
@@ -168,17 +178,13 @@ def box_worst_case_risk(x: np.ndarray, y: np.ndarray, theta: np.ndarray, rho: fl
     for left, right in zip(edges, [*edges[1:], np.inf], strict=True):
         mid = left + 1.0 if math.isinf(right) else (left + right) / 2
         active = abs_w > mid  # the features whose gain is positive in this interval
-        # keep = max(0, ck - sk·lam), flip = max(0, cf - sf·lam) - kappa·lam on the interval
+        # keep = ck - sk·lam, flip = cf - sf·lam on the interval; alpha = max(0, keep, flip)
         ck = 1 - margin + dist_keep[:, active] @ abs_w[active]
-        sk = dist_keep[:, active].sum(axis=1)
+        sk = dist_keep[:, active].sum(axis=1) + outside
         cf = 1 + margin + dist_flip[:, active] @ abs_w[active]
-        sf = dist_flip[:, active].sum(axis=1)
+        sf = dist_flip[:, active].sum(axis=1) + outside + flip_cost
         with np.errstate(divide="ignore", invalid="ignore"):
-            roots = [ck / sk, cf / sf,  # where keep's and flip's max(0, .) kink
-                     # keep in {0, ck - sk·lam} meeting flip in {-kappa·lam, cf - (sf + kappa)·lam}
-                     cf / (sf + flip_cost), ck / (sk - flip_cost),
-                     (cf - ck) / (sf + flip_cost - sk)]
-        found = np.concatenate(roots)
+            found = np.concatenate([ck / sk, cf / sf, (cf - ck) / (sf - sk)])
         candidates.append(found[np.isfinite(found) & (found >= left) & (found <= right)])
     lams = np.unique(np.concatenate(candidates))
     lams = lams[lams >= 0]

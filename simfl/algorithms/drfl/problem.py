@@ -17,7 +17,8 @@ Theorem 4.3; the paper's exact variable scaling may differ):
          w_s = w                                       for every client s,
 
 where Omega_s holds alpha_si >= phi(m_si), alpha_si >= phi(-m_si) - lam_s kappa (the label
-flip; regression: alpha_si >= ell(r_si)) and lam_s >= L||w_s||_inf (and >= L/kappa).
+flip; regression: alpha_si >= ell(r_si)) and lam_s >= L||w_s||_inf (and >= L/kappa), or,
+for the hinge loss with features in a box, Propositions 6.3 / 6.4's set (box_omega).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class ClientData:
 class DRFLProblem:
     """Clients, loss and ambiguity: radii rho (S,), label cost kappa, ball (theta, p, q_hat),
     and the features' support: "none" (R^d) or a box of BOXES (the hinge loss only,
-    DRFL's Propositions 6.3 / 6.4)."""
+    DRFL's Propositions 6.3 / 6.4). Samples may lie outside the box (the study's noisy
+    client 1): Ω_s is then the propositions' program as printed (losses.py says what it
+    computes there)."""
 
     clients: tuple[ClientData, ...]
     loss: Loss
@@ -70,13 +73,9 @@ class DRFLProblem:
         dual_exponent(self.p)  # validates p
         if self.kappa <= 0 or self.theta < 0 or np.any(self.rho < 0):
             raise ValueError("need kappa > 0, theta >= 0 and rho >= 0")
-        if self.support != "none":
-            if self.support not in BOXES or self.loss.name != "hinge":
-                raise ValueError(f"support must be 'none' or, for the hinge loss, one of "
-                                 f"{sorted(BOXES)}; got {self.support!r} with {self.loss.name}")
-            lo, hi = BOXES[self.support]
-            if any(np.any((c.x < lo) | (c.x > hi)) for c in self.clients):
-                raise ValueError(f"features outside the support {self.support} [{lo}, {hi}]")
+        if self.support != "none" and (self.support not in BOXES or self.loss.name != "hinge"):
+            raise ValueError(f"support must be 'none' or, for the hinge loss, one of "
+                             f"{sorted(BOXES)}; got {self.support!r} with {self.loss.name}")
 
     @property
     def num_clients(self) -> int:
@@ -93,30 +92,38 @@ def norm_order(p: float) -> int | str:
     return "inf" if math.isinf(p) else int(p)
 
 
+Kappa = float | cp.Parameter  # a number (math.inf: labels never flip) or a cvxpy parameter
+
+
+def _finite(kappa: Kappa) -> bool:
+    return isinstance(kappa, cp.Parameter) or math.isfinite(kappa)
+
+
 def client_constraints(loss: Loss, x: np.ndarray | cp.Parameter,
                        y: np.ndarray | cp.Parameter | None,
                        lam: cp.Expression, alpha: cp.Expression, w: cp.Expression,
-                       kappa: float) -> list[cp.Constraint]:
+                       kappa: Kappa) -> list[cp.Constraint]:
     """Omega_s. Classification passes x = y·design(x) (signed rows) and y = None."""
     lip = loss.lipschitz
     cons = [lam >= lip * cp.norm(w[:-1], "inf")]
     if loss.is_classification:
         margin = x @ w
         cons.append(alpha >= loss.expr(margin))
-        if math.isfinite(kappa):
+        if _finite(kappa):
             cons.append(alpha >= loss.expr(-margin) - kappa * lam)
+    elif _finite(kappa):
+        cons += [alpha >= loss.expr(x @ w - y), kappa * lam >= lip]  # lam >= L / kappa
     else:
         cons.append(alpha >= loss.expr(x @ w - y))
-        if math.isfinite(kappa):
-            cons.append(lam >= lip / kappa)
     return cons
 
 
 def box_client_constraints(client: ClientData, lam: cp.Expression, alpha: cp.Expression,
                            w: cp.Expression, kappa: float, support: str) -> list[cp.Constraint]:
-    """Omega_s of the hinge loss with features in a box (DRFL's Corollary B.4 with
-    C = [I; -I], i.e. Propositions 6.3 / 6.4): per sample, multipliers pi, tau >= 0 of the
-    box's upper and lower faces for the kept label (+) and the flipped one (-)."""
+    """Omega_s of the hinge loss with features in a box as DRFL's Propositions 6.3 / 6.4
+    print it (Corollary B.4 with C = [I; -I]): per sample, multipliers pi, tau >= 0 of the
+    box's upper and lower faces for the kept label (+) and the flipped one (-); 4·N·d
+    variables. The reference that box_omega, its compact equivalent, is tested against."""
     lo, hi = BOXES[support]
     x, y = client.x, client.y
     num, dim = x.shape
@@ -132,6 +139,35 @@ def box_client_constraints(client: ClientData, lam: cp.Expression, alpha: cp.Exp
     return cons
 
 
+def box_omega(client: ClientData, lam: cp.Expression, alpha: cp.Expression, w: cp.Expression,
+              kappa: Kappa, support: str) -> list[cp.Constraint]:
+    """Propositions 6.3 / 6.4's Omega_s with pi and tau minimised out: the same set of
+    (lam, alpha, w), with 2d shared variables instead of 4·N·d.
+
+    For one sample and feature, the least pi_j (hi - x_j) + tau_j (x_j - lo) with
+    |pi_j - tau_j + c_j| <= lam is, for x_j in the box, (hi - x_j)(-c_j - lam)^+ +
+    (x_j - lo)(c_j - lam)^+; for x_j outside it is the same at the projection p_j of x_j on
+    the box, minus lam·|x_j - p_j|, and the score term -y w_j x_j becomes -y w_j p_j
+    (losses.py). With P = (w - lam)^+ and M = (-w - lam)^+ (epigraph variables: their
+    coefficients are >= 0) every sample's two constraints are linear in (P, M, lam, w).
+    """
+    lo, hi = BOXES[support]
+    proj = np.clip(client.x, lo, hi)  # (N, d)
+    outside = np.abs(client.x - proj).sum(axis=1)  # (N,) ℓ1 distance to the box
+    positive = client.y[:, None] > 0
+    to_plus = np.where(positive, proj - lo, hi - proj)  # (N, d) coefficients of P (kept label)
+    to_minus = np.where(positive, hi - proj, proj - lo)  # of M; the flipped label swaps them
+    dim = client.x.shape[1]
+    plus, minus = cp.Variable(dim, nonneg=True), cp.Variable(dim, nonneg=True)
+    margin = cp.multiply(client.y, design(proj) @ w)
+    cons = [lam >= 0, alpha >= 0, plus >= w[:-1] - lam, minus >= -w[:-1] - lam,
+            alpha >= 1 - margin + to_plus @ plus + to_minus @ minus - outside * lam]
+    if _finite(kappa):
+        cons.append(alpha >= 1 + margin + to_minus @ plus + to_plus @ minus
+                    - kappa * lam - outside * lam)
+    return cons
+
+
 def signed_design(loss: Loss, client: ClientData) -> tuple[np.ndarray, np.ndarray | None]:
     """The constant data of Omega_s: (y·design(x), None) or (design(x), y)."""
     if loss.is_classification:
@@ -143,14 +179,16 @@ def omega(problem: DRFLProblem, s: int, lam: cp.Expression, alpha: cp.Expression
           w: cp.Expression) -> list[cp.Constraint]:
     """Omega_s of client s for the problem's loss and support."""
     client = problem.clients[s]
-    if problem.support != "none":
-        return box_client_constraints(client, lam, alpha, w, problem.kappa, problem.support)
-    xs, ys = signed_design(problem.loss, client)
-    return client_constraints(problem.loss, xs, ys, lam, alpha, w, problem.kappa)
+    return client_omega(problem.loss, client, problem.support, lam, alpha, w, problem.kappa)
 
 
-def dro_norm_term(z: cp.Expression, problem: DRFLProblem) -> cp.Expression:
-    return problem.theta * cp.norm(z, norm_order(dual_exponent(problem.p)))
+def client_omega(loss: Loss, client: ClientData, support: str, lam: cp.Expression,
+                 alpha: cp.Expression, w: cp.Expression, kappa: Kappa) -> list[cp.Constraint]:
+    """Omega_s of one client's data for a loss and a support ("none" or a box)."""
+    if support != "none":
+        return box_omega(client, lam, alpha, w, kappa, support)
+    xs, ys = signed_design(loss, client)
+    return client_constraints(loss, xs, ys, lam, alpha, w, kappa)
 
 
 @dataclass(frozen=True)
@@ -159,20 +197,44 @@ class Solution:
     objective: float
 
 
+class DirectProgram:
+    """Problem (4) in one convex program (all data in one place: the reference) for fixed
+    clients, loss, p, support and q_hat, with rho (S,), kappa and theta as cvxpy parameters:
+    compiled once, then solved for many (rho, kappa, theta) (the study's cross-validation).
+    ``template`` fixes everything else; its kappa only says whether labels may flip."""
+
+    def __init__(self, template: DRFLProblem) -> None:
+        num = template.num_clients
+        self.rho = cp.Parameter(num, nonneg=True)
+        self.kappa = cp.Parameter(pos=True)
+        self.theta = cp.Parameter(nonneg=True)
+        kappa: Kappa = self.kappa if math.isfinite(template.kappa) else math.inf
+        self.w = cp.Variable(template.dim)
+        lam, t, z, gamma = cp.Variable(num), cp.Variable(num), cp.Variable(num), cp.Variable(num)
+        eta = cp.Variable()
+        cons = [z == t - eta + gamma, gamma >= 0]
+        for s, client in enumerate(template.clients):
+            alpha = cp.Variable(client.num_samples)
+            cons += client_omega(template.loss, client, template.support, lam[s], alpha, self.w,
+                                 kappa)
+            cons.append(t[s] == lam[s] * self.rho[s] + cp.sum(alpha) / client.num_samples)
+        dual = norm_order(dual_exponent(template.p))
+        self.objective = eta + template.q_hat @ z + self.theta * cp.norm(z, dual)
+        self.program = cp.Problem(cp.Minimize(self.objective), cons)
+
+    def solve(self, rho: np.ndarray | float, kappa: float, theta: float) -> Solution:
+        self.rho.value = np.broadcast_to(np.asarray(rho, dtype=float), self.rho.shape).copy()
+        self.kappa.value = kappa if math.isfinite(kappa) else 1.0  # unused when infinite
+        self.theta.value = theta
+        self.program.solve(solver=SOLVER)
+        if self.program.status not in ("optimal", "optimal_inaccurate"):
+            raise RuntimeError(f"problem (4): solver status {self.program.status}")
+        return Solution(np.asarray(self.w.value), float(self.objective.value))
+
+
 def solve_direct(problem: DRFLProblem) -> Solution:
-    """Problem (4) in one convex program (all data in one place: the reference)."""
-    num = problem.num_clients
-    w = cp.Variable(problem.dim)
-    lam, t, z, gamma = cp.Variable(num), cp.Variable(num), cp.Variable(num), cp.Variable(num)
-    eta = cp.Variable()
-    cons = [z == t - eta + gamma, gamma >= 0]
-    for s, client in enumerate(problem.clients):
-        alpha = cp.Variable(client.num_samples)
-        cons += omega(problem, s, lam[s], alpha, w)
-        cons.append(t[s] == lam[s] * problem.rho[s] + cp.sum(alpha) / client.num_samples)
-    objective = eta + problem.q_hat @ z + dro_norm_term(z, problem)
-    cp.Problem(cp.Minimize(objective), cons).solve(solver=SOLVER)
-    return Solution(np.asarray(w.value), float(objective.value))
+    """Problem (4) for one (rho, kappa, theta): DirectProgram compiled and solved once."""
+    return DirectProgram(problem).solve(problem.rho, problem.kappa, problem.theta)
 
 
 def client_risks(problem: DRFLProblem, theta: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """DRFL with bounded features (Propositions 6.3 / 6.4): the closed-form worst case equals
-Corollary B.4's program, a brute-force search over the box, and the direct optimum; the
-paper's Algorithm 1 reaches it."""
+Corollary B.4's program as printed and its compact form (for samples inside the box and
+outside it), a brute-force search over the box, and the direct optimum; the paper's
+Algorithm 1 reaches it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from simfl.algorithms.drfl.problem import (
     ClientData,
     DRFLProblem,
     box_client_constraints,
+    box_omega,
     objective,
     solve_direct,
 )
@@ -40,17 +42,34 @@ def box_clients(support: str, seed: int = 0) -> tuple[ClientData, ...]:
 
 
 @pytest.mark.parametrize("support", sorted(BOXES))
-def test_closed_form_equals_corollary_b4s_program(support: str) -> None:
+@pytest.mark.parametrize("shift", [0.0, 0.5])
+def test_closed_form_equals_corollary_b4s_program_and_its_compact_form(support: str,
+                                                                       shift: float) -> None:
+    """shift 0.5: Gaussian noise N(0.5, 0.6) moves most samples out of the box, as the
+    study's noise does to client 1."""
     rng = np.random.default_rng(1)
     lo, hi = BOXES[support]
-    for _ in range(4):
-        x, y = rng.uniform(lo, hi, (15, 3)), np.sign(rng.normal(size=15))
-        theta = 2 * rng.normal(size=4)
-        lam, alpha = cp.Variable(), cp.Variable(15)
-        cons = box_client_constraints(ClientData(x, y), lam, alpha, theta, 1.0, support)
-        program = cp.Problem(cp.Minimize(0.2 * lam + cp.sum(alpha) / 15), cons)
-        assert box_worst_case_risk(x, y, theta, 0.2, 1.0, support) == pytest.approx(
-            program.solve(solver="CLARABEL"), rel=1e-6, abs=1e-7)
+    for rho in (0.0, 0.05, 0.2, 1.0):
+        x = rng.uniform(lo, hi, (15, 3)) + shift * rng.normal(1.0, 1.2, (15, 3))
+        y, theta = np.sign(rng.normal(size=15)), 2 * rng.normal(size=4)
+        values = []
+        for constraints in (box_client_constraints, box_omega):
+            lam, alpha = cp.Variable(), cp.Variable(15)
+            cons = constraints(ClientData(x, y), lam, alpha, theta, 0.7, support)
+            program = cp.Problem(cp.Minimize(rho * lam + cp.sum(alpha) / 15), cons)
+            values.append(program.solve(solver="CLARABEL"))
+        closed = box_worst_case_risk(x, y, theta, rho, 0.7, support)
+        assert values == pytest.approx([closed, closed], rel=1e-6, abs=1e-7)
+
+
+def test_outside_the_box_the_sample_is_first_moved_onto_it() -> None:
+    """Prop 6.3's per-sample term at x outside [-1, 1]: the term at its projection on the
+    box, minus lam times the ℓ1 distance moved (the floor 0 aside)."""
+    theta, y, lam = np.array([1.5, -0.4, 0.1]), np.array([1.0]), np.array([0.0, 0.3, 1.0])
+    x_out, x_proj = np.array([[1.8, -0.5]]), np.array([[1.0, -0.5]])
+    inside = box_sample_terms(x_proj, y, theta, lam, 0.7, "sym_box")[:, 0]
+    outside = box_sample_terms(x_out, y, theta, lam, 0.7, "sym_box")[:, 0]
+    np.testing.assert_allclose(outside, np.maximum(inside - 0.8 * lam, 0.0))
 
 
 @pytest.mark.parametrize("support", sorted(BOXES))
@@ -100,10 +119,7 @@ def test_direct_optimum_is_the_min_max_and_algorithm_1_reaches_it(support: str) 
     assert -1e-6 <= gap <= 1e-3
 
 
-def test_a_box_needs_the_hinge_loss_and_data_inside_it() -> None:
+def test_a_box_needs_the_hinge_loss() -> None:
     with pytest.raises(ValueError, match="hinge"):
         DRFLProblem(box_clients("sym_box"), Loss("logistic"), rho=0.1, kappa=1.0, theta=0.2,
                     support="sym_box")
-    with pytest.raises(ValueError, match="outside the support"):
-        DRFLProblem(box_clients("sym_box"), Loss("hinge"), rho=0.1, kappa=1.0, theta=0.2,
-                    support="unit_box")
