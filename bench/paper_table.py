@@ -2,8 +2,11 @@
 
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
         [--ecdf OUT.png] [--scatter OUT.png] [--versus fedavg] [--also OTHER.sweep.toml]
+        [--results DIR ...]
 
-Reads every complete run of the sweep (its manifest and final evaluation) and
+Reads every complete run of the sweep (its manifest and final evaluation), from
+``results/`` or else from the copies ``bench/archive_runs.py`` keeps in
+``docs/runs/`` (runs outlive a work session only there), and
 prints one markdown row per variant: simfl's mean ± std over the seeds present
 (n) of the unseen test devices' 90th-percentile and mean error, next to the
 papers' mean ± std over their 5 seeds, and Welch's two-sided t-test of the two
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -99,17 +103,24 @@ def main() -> None:
     parser.add_argument("--scatter", help="draw error against data size here (PNG)")
     parser.add_argument("--versus", help="compare every variant with this one, paired by seed")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
+    parser.add_argument("--results", action="append", type=Path,
+                        help="where run directories are, in order of preference (repeatable; "
+                             "default: results, then docs/runs, bench/archive_runs.py's copies)")
     args = parser.parse_args()
     sweep = load_sweep(args.sweep)
     model = load_scenario(sweep.scenario, sweep.runs[0].overrides).model.name
     runs = [run for path in (args.sweep, *args.also) for run in load_sweep(path).runs]
+    places = args.results or [Path("results"), Path("docs/runs")]
     rows, errors = [], []
     for run in runs:
-        if not is_complete(run.run_dir):
+        # A sweep's run directory is <results>/<sweep name>/<run id>: look in every place.
+        run_dir = next((d / run.run_dir.parent.name / run.run_id for d in places
+                        if is_complete(d / run.run_dir.parent.name / run.run_id)), None)
+        if run_dir is None:
             continue
-        manifest = json.loads((run.run_dir / "manifest.json").read_text())
+        manifest = json.loads((run_dir / "manifest.json").read_text())
         test = manifest["summary"]["test"]
-        evals = pl.read_parquet(run.run_dir / "eval.parquet")
+        evals = pl.read_parquet(run_dir / "eval.parquet")
         last = evals.filter((pl.col("split") == "test") & (pl.col("round") == evals["round"].max()))
         weighted = float((last["error"] * last["num_samples"]).sum() / last["num_samples"].sum())
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],

@@ -205,7 +205,7 @@ def test_cases_the_fuzzer_found() -> None:
 
 # Values that validate but may leave a run nothing to learn from (issue 19): the run
 # completes (and then aggregated something), fails with exit 1 and a reason in its
-# manifest, or is refused with exit 2 before anything is written; always within seconds.
+# manifest, or is refused with exit 2 before anything is written; never hangs.
 PATHOLOGICAL = st.fixed_dictionaries({}, optional={
     "server.deadline_s": st.sampled_from([0.001, 0.5, 5.0]),
     "population.failure_rate_per_h": st.sampled_from([100.0, 1e9]),
@@ -235,7 +235,9 @@ def test_runtime_pathological_values_end_with_an_honest_status(values: dict[str,
         with redirect_stderr(err):
             code = main([str(path), "--out", str(out), "--quiet",
                          *(f"--set={o}" for o in overrides)])
-        assert time.monotonic() - start < 10
+        # A guard against hangs, not a speed test: one example took 38 s on a 2-core
+        # machine shared with four other jobs, so the bound leaves room for that.
+        assert time.monotonic() - start < 60
         event(f"exit {code}")
         if code == 2:
             assert not out.exists()

@@ -1,0 +1,65 @@
+"""Keep the evidence of a sweep's complete runs in the repository, small.
+
+    python bench/archive_runs.py scenarios/paper/linear.sweep.toml [--to docs/runs]
+
+A paper run takes 15-60 min on the 2-core CPU, the runs of one table take longer
+than a work session, and ``results/`` does not outlive the machine it was written
+on. So for every complete run of the sweep this writes
+``<to>/<sweep name>/<run id>/`` with the run's ``manifest.json`` (scenario, seed,
+versions, wall time, summary) and ``eval.parquet`` cut to the final evaluation
+round (one row per device and split: a few tens of KB). That directory has the
+layout of a run directory, so ``bench/paper_table.py --results docs/runs`` reads it
+as it reads ``results/``; a run already archived is written again only if its
+manifest differs (a re-run must reproduce it: the script says when it does not).
+Nothing else is copied; nothing outside ``<to>/<sweep name>/`` is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import polars as pl
+
+from simfl.sweep import is_complete, load_sweep
+
+SUMMARY_KEYS = ("mean", "p90")
+
+
+def archive(sweep_path: str, to: Path) -> None:
+    sweep = load_sweep(sweep_path)
+    kept = 0
+    for run in sweep.runs:
+        if not is_complete(run.run_dir):
+            continue
+        manifest = json.loads((run.run_dir / "manifest.json").read_text())
+        dest = to / sweep.name / run.run_id
+        old = dest / "manifest.json"
+        if old.exists():
+            before = json.loads(old.read_text())["summary"]["test"]
+            now = manifest["summary"]["test"]
+            if any(before[k] != now[k] for k in SUMMARY_KEYS):
+                print(f"{run.run_id}: re-run differs from the archived run "
+                      f"(p90 {before['p90']:.4f} archived, {now['p90']:.4f} now); "
+                      "archived copy replaced")
+        dest.mkdir(parents=True, exist_ok=True)
+        evals = pl.read_parquet(run.run_dir / "eval.parquet")
+        evals.filter(pl.col("round") == evals["round"].max()).write_parquet(
+            dest / "eval.parquet", compression="zstd")
+        old.write_text(json.dumps(manifest, indent=2) + "\n")
+        kept += 1
+    print(f"{sweep.name}: {kept} complete runs of {len(sweep.runs)} archived in {to / sweep.name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", nargs="+")
+    parser.add_argument("--to", type=Path, default=Path("docs/runs"))
+    args = parser.parse_args()
+    for path in args.sweep:
+        archive(path, args.to)
+
+
+if __name__ == "__main__":
+    main()
