@@ -43,6 +43,7 @@ from simfl.population import (
     build_devices,
     build_topology,
     default_data_dir,
+    known_rates,
     network_paths,
 )
 from simfl.quantile.panel import EstimatorPanel
@@ -346,7 +347,9 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
     if scenario.aggregator.name == "deltafl":
         panel = EstimatorPanel(scenario.estimator, scenario.aggregator.theta,
                                learner.data.train.num_clients, streams,
-                               strata=population.devices.region_idx)
+                               strata=population.devices.region_idx,
+                               known_rates=known_rates(scenario.population.availability,
+                                                       population.devices))
         learner.use_estimators(panel, scenario.estimator.bias_every,
                                lambda **columns: recorder.append("bias", **columns))
     evaluate(0, 0.0)

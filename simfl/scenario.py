@@ -132,8 +132,9 @@ class AggregatorConfig:
     lambda_step: float = _f(1e-5, NON_NEGATIVE)
 
 
+# ipw_known is an oracle for the study (the availability model's true online rates).
 ESTIMATORS = Literal["cohort_exact", "secure_mm", "secure_bisection", "tracking", "ipw",
-                     "poststrat"]
+                     "poststrat", "ipw_known"]
 
 
 @dataclass(frozen=True)
@@ -459,6 +460,10 @@ def _check_relations(scenario: Scenario, source: str) -> None:
     if bisection.high <= bisection.low:
         raise InputError(f"{source}: 'estimator.secure_bisection.high' = {bisection.high!r} "
                          f"must be > 'estimator.secure_bisection.low' = {bisection.low!r}")
+    if ("ipw_known" in (scenario.estimator.name, *scenario.estimator.shadow)
+            and scenario.population.availability.mode == "trace"):
+        raise InputError(f"{source}: estimator 'ipw_known' needs the online rates of the "
+                         f"availability model; 'population.availability.mode' = 'trace' has none")
     _check_meaning(scenario, source)
 
 

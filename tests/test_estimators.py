@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from simfl.errors import InputError
 from simfl.quantile.estimators import (
     IPW,
     CheckIns,
@@ -295,6 +296,18 @@ def test_panel_poststratifies_by_the_strata_it_is_given() -> None:
     # post-stratified: region 0's devices weigh 3/3 each, region 1's device 3/1: F(0.3) =
     # 3/6 reaches 1/2, so the quantile is 0.3
     assert out["poststrat"].threshold == 0.3
+
+
+def test_panel_ipw_known_weights_by_the_rates_it_is_given() -> None:
+    cfg = EstimatorConfig(name="cohort_exact", shadow=("ipw_known",))
+    rates = _KnownRates(np.array([1.0, 1.0, 1.0, 1 / 3]))  # device 3 online a third of the time
+    panel = EstimatorPanel(cfg, theta=0.5, num_devices=4, streams=Streams(0), known_rates=rates)
+    cohort = Cohort(np.array([0.1, 0.2, 0.3, 5.0]), np.ones(4), np.arange(4), 0.0)
+    out = panel.estimate(cohort, round_idx=0)
+    # weights 1, 1, 1, 3: F(0.2) = 2/6 < 1/2 <= F(0.3) = 3/6
+    assert out["cohort_exact"].threshold == 0.2 and out["ipw_known"].threshold == 0.3
+    with pytest.raises(InputError, match="ipw_known"):
+        EstimatorPanel(cfg, theta=0.5, num_devices=4, streams=Streams(0))
 
 
 def test_secure_keep_sets_agree_where_the_weights_reach_the_level_exactly() -> None:

@@ -11,6 +11,7 @@ from simfl.population.availability import (
     build_availability,
     from_csr,
     from_intervals,
+    known_rates,
 )
 from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE
 from simfl.population.devices import assign_regions, build_devices, default_data_dir
@@ -31,6 +32,7 @@ __all__ = [
     "default_data_dir",
     "from_csr",
     "from_intervals",
+    "known_rates",
     "network_paths",
     "read_trace",
     "write_trace",

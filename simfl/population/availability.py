@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from simfl.errors import InputError, RunFailed
-from simfl.population.diurnal import diurnal_intervals
+from simfl.population.diurnal import ProfileRates, diurnal_intervals
 from simfl.population.table import DeviceTable
 from simfl.population.trace import read_trace, write_trace
 from simfl.rng import Streams
@@ -237,6 +237,15 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
                          f"horizon_s = {cfg.horizon_s:.0f} s (online_prob_by_hour too low "
                          f"for {devices.num_devices} devices)")
     return availability
+
+
+def known_rates(cfg: AvailabilityConfig, devices: DeviceTable) -> ProfileRates | None:
+    """The model's true online probability of each device (None for a trace, whose rates
+    no model states): the oracle of the ``ipw_known`` estimator."""
+    if cfg.mode == "trace":
+        return None
+    profile = (1.0,) * 24 if cfg.mode == "always" else cfg.online_prob_by_hour
+    return ProfileRates(devices.utc_offset_s, profile)
 
 
 def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int) -> None:

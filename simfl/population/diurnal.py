@@ -40,6 +40,23 @@ def online_prob(profile: tuple[float, ...] | np.ndarray, local_s: np.ndarray) ->
 
 
 @dataclass(frozen=True)
+class ProfileRates:
+    """Each device's true probability of being online at a UTC time: the profile at its
+    local time, which the model above keeps exact (for ``always``, a profile of ones).
+
+    An oracle for the estimation study (the ``ipw_known`` estimator): a real server
+    does not know it; it tests whether inverse-probability weighting would remove the
+    availability bias if the online rates were known, apart from estimating them.
+    """
+
+    utc_offset_s: np.ndarray  # (N,) local time = UTC + offset
+    profile: tuple[float, ...]  # 24 hourly online probabilities
+
+    def online_prob(self, device_idx: np.ndarray, t_s: float) -> np.ndarray:
+        return online_prob(self.profile, t_s + self.utc_offset_s[device_idx])
+
+
+@dataclass(frozen=True)
 class DayHazard:
     """Cumulative hazard of one local day on a uniform grid, repeated every day.
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from simfl.errors import InputError
 from simfl.quantile.estimators import (
     IPW,
     CheckIns,
@@ -35,6 +36,7 @@ from simfl.quantile.estimators import (
     CohortExact,
     Estimate,
     Estimator,
+    OnlineRates,
     PostStratified,
     SecureBisection,
     SecureMM,
@@ -45,8 +47,8 @@ from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig
 
 
-def _factories(cfg: EstimatorConfig, checkins: CheckIns,
-               strata: np.ndarray) -> dict[str, Callable[[], Estimator]]:
+def _factories(cfg: EstimatorConfig, checkins: CheckIns, strata: np.ndarray,
+               known_rates: OnlineRates | None) -> dict[str, Callable[[], Estimator]]:
     mm, bis, tr = cfg.secure_mm, cfg.secure_bisection, cfg.tracking
     return {
         "cohort_exact": CohortExact,
@@ -56,21 +58,32 @@ def _factories(cfg: EstimatorConfig, checkins: CheckIns,
         "tracking": lambda: Tracking(tr.initial, tr.step, noise_std=cfg.noise_std),
         "ipw": lambda: IPW(checkins),
         "poststrat": lambda: PostStratified(strata),
+        "ipw_known": lambda: IPW(_known(known_rates), name="ipw_known"),
     }
+
+
+def _known(rates: OnlineRates | None) -> OnlineRates:
+    if rates is None:  # scenario loading rejects ipw_known where no rates are known
+        raise InputError("estimator 'ipw_known' needs the availability model's online rates "
+                         "(population.availability.mode 'always' or 'diurnal')")
+    return rates
 
 
 class EstimatorPanel:
     """Runs every configured estimator on each cohort; holds their state over rounds."""
 
     def __init__(self, cfg: EstimatorConfig, theta: float, num_devices: int,
-                 streams: Streams, strata: np.ndarray | None = None) -> None:
+                 streams: Streams, strata: np.ndarray | None = None,
+                 known_rates: OnlineRates | None = None) -> None:
         """``strata``: (N,) the stratum (region) of every training device, for
-        ``poststrat`` (default: one stratum, the cohort quantile)."""
+        ``poststrat`` (default: one stratum, the cohort quantile); ``known_rates``: the
+        availability model's true online probabilities, for the oracle ``ipw_known``."""
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
         self.checkins = CheckIns(num_devices, cfg.ipw.prior)
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
-        factories = _factories(cfg, self.checkins, np.asarray(strata, dtype=np.int64))
+        factories = _factories(cfg, self.checkins, np.asarray(strata, dtype=np.int64),
+                               known_rates)
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
         self.estimators: list[Estimator] = [factories[name]() for name in names]
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0

@@ -20,6 +20,7 @@ from simfl.population.devices import build_devices
 from simfl.population.diurnal import (
     DAY_S,
     HOUR_S,
+    ProfileRates,
     diurnal_hazards,
     diurnal_intervals,
     online_prob,
@@ -56,6 +57,21 @@ def test_online_fraction_follows_local_hour(large: tuple[Availability, np.ndarra
         frac = counts[:, r] / per_region[r]
         se = np.sqrt(p * (1 - p) / per_region[r])
         assert np.all(np.abs(frac - p) < 4.5 * se), (frac - p) / se
+
+
+def test_profile_rates_are_each_devices_online_probability(
+        large: tuple[Availability, np.ndarray]) -> None:
+    """ipw_known's oracle: at each time, the devices it gives probability p are online
+    in share p (within 4.5 standard errors), in every region."""
+    av, offset_s = large
+    rates = ProfileRates(offset_s, PROFILE)
+    for t in DAY_S + np.array([0.0, 5.25, 13.5, 20.0]) * HOUR_S:
+        online = av.is_online(np.arange(av.num_devices), np.full(av.num_devices, t))
+        p = rates.online_prob(np.arange(av.num_devices), t)
+        for value in np.unique(np.round(p, 12)):  # one value per region
+            group = np.isclose(p, value)
+            se = np.sqrt(value * (1 - value) / group.sum())
+            assert abs(online[group].mean() - value) < 4.5 * se
 
 
 def test_online_fraction_at_time_zero_and_late(large: tuple[Availability, np.ndarray]) -> None:
