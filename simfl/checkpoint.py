@@ -50,18 +50,20 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from simfl.aggregate import Selection
+from simfl.aggregate import Aggregator, Selection
 from simfl.data.packed import ClientData
 from simfl.errors import InputError, RunFailed
 from simfl.records import Committed, Recorder, write_atomically
 from simfl.sim.server import RoundHook
 from simfl.train.evaluate import CohortEval
-from simfl.train.learner import Learner
+from simfl.train.learner import AsyncLearner
+from simfl.train.local import LocalWork
+from simfl.train.threshold import BiasColumns
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.pt"
 LOCK_FILE = "lock"
-FORMAT = 1
+FORMAT = 2  # 2: the learner split into parts (its state and the journal of `select` changed)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
 # write a checkpoint there) before the run stops from its last checkpoint instead.
@@ -132,14 +134,15 @@ class Journal:
         return self.position >= len(self.replay)
 
 
-class JournaledLearner(Learner):
-    """A :class:`Learner` that journals its answers to the server and, while its journal
-    replays, gives them back without computing anything (the server cannot tell)."""
+class JournaledLearner(AsyncLearner):
+    """A learner (sync and async answers) that journals its answers to the server and,
+    while its journal replays, gives them back without computing anything (the server
+    cannot tell)."""
 
-    WIRING = Learner.WIRING | {"journal"}
+    WIRING = AsyncLearner.WIRING | {"journal"}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
+        super().__init__(work, params, aggregator)
         self.journal = Journal()
 
     def selection_weights(self) -> np.ndarray | None:
@@ -149,7 +152,7 @@ class JournaledLearner(Learner):
         return self.journal.answer("report_losses", partial(super().report_losses, client_idx))
 
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
-               t_s: float) -> Selection:
+               t_s: float) -> tuple[Selection, BiasColumns | None]:
         return self.journal.answer(
             "select", partial(super().select, losses, client_idx, round_idx, t_s))
 
@@ -164,9 +167,9 @@ class JournaledLearner(Learner):
             super().observe_online(t_s, client_idx)
 
     def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
-                         scales: np.ndarray) -> None:
+                         losses: np.ndarray, scales: np.ndarray) -> None:
         if self.journal.live:
-            super().aggregate_buffer(client_idx, versions, scales)
+            super().aggregate_buffer(client_idx, versions, losses, scales)
 
     def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
         if self.journal.live:

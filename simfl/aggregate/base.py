@@ -12,6 +12,13 @@ hyperparameters (as optax and fedjax do). Over a run the server
    ``params, state = combine(global_params, RoundInputs(...), state)``: rules with
    memory across rounds return their new state instead of mutating (optax's
    init/update). Local training adds ``prox_mu / 2 ‖w − w_t‖²`` (FedProx).
+
+The asynchronous server (FedBuff) combines a buffer of updates trained from older
+model versions with the same ``combine``: ``RoundInputs.scales`` then holds
+c_k = η_g s(τ_k), and a rule that weights updates applies it after normalising,
+w + Σ_k (π_k / Σ_j π_j) c_k Δ_k (stale updates count less in absolute terms, as in
+FedBuff). The rules whose step needs one round from one model (q-FFL, AFL, DRFA)
+and FedAvg-Sub's smaller cohort are refused in async mode by ``simfl.scenario``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class RoundInputs:
     loss_of: LossOracle | None = None
     rng: np.random.Generator | None = None  # the round's own stream (DRFA's draws)
     losses: np.ndarray | None = None  # (K,) F_k(w_t): the arrived clients' loss reports
+    scales: np.ndarray | None = None  # (K,) async: c_k = η_g s(τ_k); None: every c_k = 1
 
 
 @dataclass(frozen=True)
@@ -89,19 +97,21 @@ def keep_all(losses: np.ndarray, weights: np.ndarray) -> Selection:
     return Selection(keep=np.ones(len(weights), dtype=bool))
 
 
-def weighted_mean_update(
-    global_params: torch.Tensor, deltas: torch.Tensor, weights: np.ndarray
-) -> torch.Tensor:
-    """w_t + Σ_k α_k Δ_k / Σ_k α_k over the given (K, P) deltas; w_t if K = 0 or Σ α_k = 0."""
+def weighted_mean_update(global_params: torch.Tensor, deltas: torch.Tensor,
+                         weights: np.ndarray, scales: np.ndarray | None = None) -> torch.Tensor:
+    """w_t + Σ_k (α_k / Σ_j α_j) c_k Δ_k over the given (K, P) deltas, c_k = ``scales``
+    (1 if None); w_t if K = 0 or Σ α_k = 0."""
     if len(weights) == 0 or weights.sum() <= 0:
         return global_params.clone()
-    alpha = torch.as_tensor(weights / weights.sum(), dtype=deltas.dtype, device=deltas.device)
+    coef = weights / weights.sum() if scales is None else weights / weights.sum() * scales
+    alpha = torch.as_tensor(coef, dtype=deltas.dtype, device=deltas.device)
     return global_params + alpha @ deltas
 
 
 def weighted_mean(global_params: torch.Tensor, inputs: RoundInputs, state: State) -> Combined:
     """FedAvg's combine: the α-weighted mean of the updates (a stateless rule)."""
-    return Combined(weighted_mean_update(global_params, inputs.deltas, inputs.weights), state)
+    return Combined(weighted_mean_update(global_params, inputs.deltas, inputs.weights,
+                                         inputs.scales), state)
 
 
 def need(value: T | None, what: str, rule: str) -> T:

@@ -42,6 +42,7 @@ def term(tilt: float) -> Aggregator:
     def combine(global_params: torch.Tensor, inputs: RoundInputs, state: State) -> Combined:
         losses = need(inputs.losses, "losses", "term")
         tilted = tilted_weights(losses, inputs.weights, tilt)
-        return Combined(weighted_mean_update(global_params, inputs.deltas, tilted), state)
+        return Combined(weighted_mean_update(global_params, inputs.deltas, tilted, inputs.scales),
+                        state)
 
     return Aggregator("term", needs_losses=True, select=keep_all, combine=combine)

@@ -1,4 +1,6 @@
-"""Figures of the DRFL study from its Parquet tables (no pyplot global state)."""
+"""Figures of the DRFL study from its Parquet tables (no pyplot global state): the paper's
+Figure 3 / Figure 4 panels (Bai, Wong, Qiao, Ho, §6: test accuracy against the swept noise
+quantity, one line per method) and Algorithm 1's convergence on the device population."""
 
 from __future__ import annotations
 
@@ -7,42 +9,59 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import seaborn as sns
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from simfl.plots import save_figure
 
-SWEEP_LABELS = {
-    "mean": "noise mean (SD = {sd:g})",
-    "sd": "noise SD (mean 0)",
-    "mean_2sd": "noise SD (mean = 2·SD)",
-}
+SWEEPS = ("mean", "sd", "mean_ratio")  # the paper's left, middle and right panels
 METHOD_ORDER = ["drfl", "erm", "afl", "drfa", "wafl"]
+METHOD_LABELS = {"drfl": "DRFL", "erm": "ERM (standard SVM)", "afl": "AFL", "drfa": "DRFA",
+                 "wafl": "WAFL"}
 
 
-def plot_sweep(accuracy_df: pl.DataFrame, sweep: str) -> Figure:
-    """Test accuracy vs noise level, one line per method; bars: ± one SD over seeds."""
+def _sweep_label(table: pl.DataFrame, sweep: str) -> tuple[str, str]:
+    """(x-axis label, panel title) of a sweep, from its noise columns."""
+    mean, sd = table["noise_mean"].to_numpy(), table["noise_sd"].to_numpy()
+    if sweep == "mean":
+        return "noise mean", f"increasing mean, SD = {sd.max():g}"
+    if sweep == "sd":
+        return "noise SD", f"increasing SD, mean = {mean.max():g}"
+    ratio = float(np.max(mean / np.where(sd > 0, sd, np.inf)))
+    return "noise SD", f"mean = {ratio:g} · SD"
+
+
+def plot_sweep(ax: Axes, accuracy_df: pl.DataFrame, sweep: str) -> None:
+    """One panel: test accuracy vs the swept quantity per method; bars: ± one SD over seeds."""
     table = accuracy_df.filter(pl.col("sweep") == sweep)
     stats = (table.group_by("method", "level")
              .agg(pl.col("accuracy").mean().alias("mean"), pl.col("accuracy").std().alias("std"))
              .sort("method", "level"))
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
-    with sns.axes_style("whitegrid"):
-        ax = fig.add_subplot()
     palette = sns.color_palette("colorblind", len(METHOD_ORDER))
     for i, method in enumerate(METHOD_ORDER):
         rows = stats.filter(pl.col("method") == method)
         if rows.height == 0:
             continue
-        ax.errorbar(rows["level"].to_numpy(), rows["mean"].to_numpy(),
-                    yerr=np.nan_to_num(rows["std"].to_numpy()), label=method.upper(),
+        ax.errorbar(rows["level"].to_numpy() + 0.006 * (i - 2), rows["mean"].to_numpy(),
+                    yerr=np.nan_to_num(rows["std"].to_numpy()), label=METHOD_LABELS[method],
                     color=palette[i], marker="o", markersize=3, capsize=2,
                     linewidth=2.2 if method == "drfl" else 1.2)
-    sd = float(table["noise_sd"].to_numpy().max()) if sweep == "mean" else 0.0
-    ax.set_xlabel(SWEEP_LABELS[sweep].format(sd=sd))
-    ax.set_ylabel("test accuracy")
-    num_seeds = table["seed"].n_unique()
-    ax.set_title(f"Breast cancer, noisy test features ({num_seeds} seeds)")
-    ax.legend()
+    xlabel, title = _sweep_label(table, sweep)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+
+
+def plot_noise_figure(accuracy_df: pl.DataFrame, title: str) -> Figure:
+    """The paper's three panels side by side (its Figures 3 and 4)."""
+    fig = Figure(figsize=(13, 4), layout="constrained")
+    with sns.axes_style("whitegrid"):
+        axes = fig.subplots(1, len(SWEEPS), sharey=True)
+    for ax, sweep in zip(axes, SWEEPS, strict=True):
+        plot_sweep(ax, accuracy_df, sweep)
+    axes[0].set_ylabel("test accuracy")
+    axes[0].legend(fontsize=8)
+    num_seeds = accuracy_df["seed"].n_unique()
+    fig.suptitle(f"{title} ({num_seeds} seeds, mean ± SD)")
     return fig
 
 
@@ -61,19 +80,14 @@ def plot_convergence(iterations_df: pl.DataFrame) -> Figure:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("relative gap to problem (4)'s optimum")
     ax_t.legend(fontsize=7)
-    fig.suptitle("DRFL ADMM on the device population")
+    fig.suptitle("DRFL, the paper's Algorithm 1, on the device population")
     return fig
 
 
-def write_figures(tables: dict[str, pl.DataFrame], out_dir: Path, prefix: str = "drfl_"
-                  ) -> list[Path]:
-    """The three sweep figures and the convergence figure as PNG files."""
-    paths = []
-    for sweep in SWEEP_LABELS:
-        path = out_dir / f"{prefix}sweep_{sweep}.png"
-        save_figure(plot_sweep(tables["accuracy"], sweep), path)
-        paths.append(path)
-    path = out_dir / f"{prefix}convergence.png"
-    save_figure(plot_convergence(tables["iterations"]), path)
-    paths.append(path)
-    return paths
+def write_figures(tables: dict[str, pl.DataFrame], out_dir: Path, prefix: str = "drfl_",
+                  title: str = "Breast cancer, noisy test features") -> list[Path]:
+    """The three-panel noise figure and the convergence figure as PNG files."""
+    noise = plot_noise_figure(tables["accuracy"], title)
+    convergence = plot_convergence(tables["iterations"])
+    return [save_figure(noise, out_dir / f"{prefix}noise.png"),
+            save_figure(convergence, out_dir / f"{prefix}convergence.png")]

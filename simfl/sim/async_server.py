@@ -65,8 +65,9 @@ class AsyncLearnerLike(LearnerLike, Protocol):
     # (K,) train losses (NaN: a NaN/Inf update), (K,) F_k(w_version) (NaN: not needed)
     def train_from(self, version: int, client_idx: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]: ...
+    # the rule's combine over the buffer kept, losses F_k(w_{v_k}), scales η_g s(τ_k)
     def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
-                         scales: np.ndarray) -> None: ...
+                         losses: np.ndarray, scales: np.ndarray) -> None: ...
     def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None: ...
     def forget(self, version: int) -> None: ...
 
@@ -283,12 +284,14 @@ class _AsyncServer:
         keep, threshold = np.ones(len(buffer), dtype=bool), None
         if self.learner.wants_checkins:
             self.learner.observe_online(now, self.fleet.availability.online_devices(now))
+        losses = np.array([t.loss for t in buffer])
         if self.learner.needs_losses:
-            losses = np.array([t.loss for t in buffer])
-            selection = self.learner.select(losses, devices, r, now)
+            selection, bias = self.learner.select(losses, devices, r, now)
             keep, threshold = np.asarray(selection.keep, dtype=bool), selection.threshold
+            if bias is not None:
+                self.recorder.append("bias", **bias)
         scales = self.cfg.server_lr * staleness_weight(self.cfg, staleness)
-        self.learner.aggregate_buffer(devices[keep], versions[keep], scales[keep])
+        self.learner.aggregate_buffer(devices[keep], versions[keep], losses[keep], scales[keep])
         self.learner.discard(versions[~keep], devices[~keep])
         for task, kept in zip(buffer, keep.tolist(), strict=True):
             task.status = "aggregated" if kept else "filtered"

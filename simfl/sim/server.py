@@ -26,7 +26,7 @@ links busy after the round closed), so every message is logged.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,8 +84,9 @@ class LearnerLike(Protocol):
     def client_ids(self, client_idx: np.ndarray) -> np.ndarray: ...
     def lr(self, round_idx: int) -> float: ...
     def report_losses(self, client_idx: np.ndarray) -> np.ndarray: ...
+    # who trains, and the round's bias.parquet columns (None: no estimator panel)
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
-               t_s: float) -> SelectionLike: ...
+               t_s: float) -> tuple[SelectionLike, Mapping[str, Any] | None]: ...
     # (K,) train losses; NaN marks an update with NaN/Inf values, which is never aggregated
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray: ...
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None: ...
@@ -154,7 +155,7 @@ def sync_server(
         if learner.wants_checkins:  # every online device checks in when the round opens
             learner.observe_online(env.now, fleet.availability.online_devices(env.now))
         busy[rnd.devices] = True
-        yield from _run_round(env, cfg, fleet, net, learner, rnd)
+        yield from _run_round(env, cfg, fleet, net, learner, rnd, recorder)
         health.round_done(r, int((rnd.status == "aggregated").sum()), rnd.threshold,
                           rnd.status.tolist())
         env.process(_finish(env, rnd, learner, recorder, health))  # waits for stragglers
@@ -202,14 +203,16 @@ def leave_times(fleet: Fleet, devices: np.ndarray, now: float,
 
 
 def _run_round(env: simpy.Environment, cfg: ServerConfig, fleet: Fleet, net: LinkSharing,
-               learner: LearnerLike, rnd: _Round) -> Generator[simpy.Event, Any, None]:
+               learner: LearnerLike, rnd: _Round,
+               recorder: Recorder) -> Generator[simpy.Event, Any, None]:
     """The round's timeline up to aggregation; sets statuses and ``rnd.t_end_s``."""
     deadline = env.timeout(cfg.deadline_s) if cfg.deadline_s > 0 else env.event()
     samples = learner.num_samples(rnd.devices)
     keep = np.arange(len(rnd.devices))
     download = learner.model_bytes
     if learner.needs_losses:  # download, evaluate F_k(w_t), report; then filter
-        keep = yield from _loss_reports(env, net, fleet, learner, rnd, samples, deadline)
+        keep = yield from _loss_reports(env, net, fleet, learner, rnd, samples, deadline,
+                                        recorder)
         download = 0
     rnd.num_kept = len(keep)
     rnd.train_loss[keep] = learner.train(rnd.index, rnd.devices[keep])
@@ -234,8 +237,8 @@ def _run_round(env: simpy.Environment, cfg: ServerConfig, fleet: Fleet, net: Lin
 
 
 def _loss_reports(env: simpy.Environment, net: LinkSharing, fleet: Fleet, learner: LearnerLike,
-                  rnd: _Round, samples: np.ndarray,
-                  deadline: simpy.Event) -> Generator[simpy.Event, Any, np.ndarray]:
+                  rnd: _Round, samples: np.ndarray, deadline: simpy.Event,
+                  recorder: Recorder) -> Generator[simpy.Event, Any, np.ndarray]:
     """Every selected device downloads, evaluates and reports; returns the kept slots."""
     eval_s = fleet.train_s_per_sample[rnd.devices] * samples * EVAL_COST_FRACTION
     tasks = [env.process(_phase(env, net, rnd, i, learner.model_bytes, "model", eval_s[i],
@@ -252,7 +255,9 @@ def _loss_reports(env: simpy.Environment, net: LinkSharing, fleet: Fleet, learne
         return ready
     rnd.loss[ready] = learner.report_losses(rnd.devices[ready])
     rnd.reported[ready] = True
-    selection = learner.select(rnd.loss[ready], rnd.devices[ready], rnd.index, env.now)
+    selection, bias = learner.select(rnd.loss[ready], rnd.devices[ready], rnd.index, env.now)
+    if bias is not None:
+        recorder.append("bias", **bias)
     rnd.threshold = selection.threshold
     finished_protocol = yield from _protocol(env, net, rnd, ready, selection.exchanges, deadline)
     if not finished_protocol:

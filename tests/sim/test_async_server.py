@@ -20,6 +20,8 @@ from simfl.population.network import NetworkPaths
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import (
+    AGGREGATOR_KEYS,
+    ASYNC_REFUSED,
     AggregatorConfig,
     DataConfig,
     EvalConfig,
@@ -32,7 +34,8 @@ from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import Fleet, LearnerLike, sync_server
 from simfl.train import build_model, initial_params
-from simfl.train.learner import Learner
+from simfl.train.learner import AsyncLearner
+from simfl.train.local import LocalWork
 from tests.sim.test_server import FakeLearner, paths
 
 
@@ -50,7 +53,7 @@ class FakeAsyncLearner(FakeLearner):
         return np.zeros(len(client_idx)), client_idx.astype(float)
 
     def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
-                         scales: np.ndarray) -> None:
+                         losses: np.ndarray, scales: np.ndarray) -> None:
         self.buffers.append((client_idx.tolist(), versions.tolist(), scales.tolist()))
 
     def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
@@ -166,17 +169,18 @@ def test_staleness_weights() -> None:
 # ---- async reproduces sync FedAvg -----------------------------------------------------------
 
 
-def real_learner(seed: int) -> Learner:
+def real_learner(seed: int, rule: AggregatorConfig | None = None) -> AsyncLearner:
     streams = Streams(seed)
     data = load_data(DataConfig(synthetic=SyntheticConfig(num_clients=80, shared_model=3.0)),
                      streams)
     model = build_model("linear", data.input_shape, data.num_classes)
     params = initial_params(model, streams.seed("init"), torch.float64)
-    return Learner(model, params, data, make_aggregator(AggregatorConfig(name="fedavg")),
-                   TrainConfig(lr=0.2, dtype="float64"), 1e-3, EvalConfig(), streams)
+    work = LocalWork(model, data, TrainConfig(lr=0.2, dtype="float64"), 1e-3,
+                     EvalConfig().batch_size, streams)
+    return AsyncLearner(work, params, make_aggregator(rule or AggregatorConfig(name="fedavg")))
 
 
-def run_server(server: object, cfg: ServerConfig, learner: Learner,
+def run_server(server: object, cfg: ServerConfig, learner: AsyncLearner,
                tmp_path: Path) -> pl.DataFrame:
     """Every task takes exactly as long: model down and up at 1e5 B/s and no compute time
     (c / n_k * n_k is not exactly c for every client size n_k)."""
@@ -213,38 +217,75 @@ def test_async_with_equal_times_and_constant_weights_is_sync_fedavg(tmp_path: Pa
 def test_results_do_not_depend_on_how_clients_are_grouped() -> None:
     """A client's update from a version is the same trained alone or in a group."""
     learner = real_learner(2)
-    together = learner.train_from(0, np.array([3, 5, 8]))
-    deltas = [learner._updates[(0, k)].clone() for k in (3, 5, 8)]
+    clients = np.array([3, 5, 8])
+    together = learner.train_from(0, clients)
+    deltas = learner.updates.take(np.zeros(3, np.int64), clients)
+    assert len(learner.updates) == 0
     alone = real_learner(2)
-    for i, k in enumerate((3, 5, 8)):
+    for i, k in enumerate(clients):
         train_loss, _ = alone.train_from(0, np.array([k]))
         np.testing.assert_allclose(train_loss, together[0][i], rtol=1e-12)
-        torch.testing.assert_close(alone._updates[(0, k)], deltas[i], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(alone.updates.take(np.array([0]), np.array([k]))[0],
+                                   deltas[i], rtol=1e-10, atol=1e-12)
 
 
 def test_aggregate_buffer_weights_by_samples_and_scales_from_kept_versions() -> None:
     learner = real_learner(3)
     w0 = learner.params.clone()
+    d1, d2 = learner.work.train(w0, 0, np.array([1, 2]), 0.0)[0].values()
     learner.train_from(0, np.array([1, 2]))
-    d1, d2 = learner._updates[(0, 1)].clone(), learner._updates[(0, 2)].clone()
-    learner.aggregate_buffer(np.array([1]), np.array([0]), np.array([1.0]))
+    nan = np.array([np.nan])
+    learner.aggregate_buffer(np.array([1]), np.array([0]), nan, np.array([1.0]))
     assert learner.version == 1
     torch.testing.assert_close(learner.params, w0 + d1)
+    w1 = learner.params
+    (d4,) = learner.work.train(w1, 1, np.array([4]), 0.0)[0].values()
     learner.train_from(1, np.array([4]))  # from v1, while v0's update of client 2 waits
-    d4 = learner._updates[(1, 4)].clone()
     n2, n4 = learner.num_samples(np.array([2, 4])).astype(float)
-    learner.aggregate_buffer(np.array([2, 4]), np.array([0, 1]), np.array([0.5, 2.0]))
+    learner.aggregate_buffer(np.array([2, 4]), np.array([0, 1]), np.r_[nan, nan],
+                             np.array([0.5, 2.0]))
     want = w0 + d1 + (n2 * 0.5 * d2 + n4 * 2.0 * d4) / (n2 + n4)
     torch.testing.assert_close(learner.params, want)
-    assert learner._updates == {} and set(learner._versions) == {0, 1}
+    assert len(learner.updates) == 0 and set(learner.kept) == {0, 1}
     learner.forget(0)
-    assert set(learner._versions) == {1}
+    assert set(learner.kept) == {1}
+
+
+def test_fedbuff_step_is_the_rules_combine_with_scaled_weights() -> None:
+    """TERM's tilted weights, normalised, then scaled by c_k: through the rule's combine."""
+    tilt = 2.0
+    learner = real_learner(4, AggregatorConfig(name="term", tilt=tilt))
+    w0, clients = learner.params.clone(), np.array([1, 2, 6])
+    _, losses = learner.train_from(0, clients)
+    np.testing.assert_allclose(losses, learner.report_losses(clients))  # F_k(w_0)
+    deltas = list(learner.work.train(w0, 0, clients, 0.0)[0].values())
+    scales = np.array([1.0, 0.5, 0.25])
+    learner.aggregate_buffer(clients, np.zeros(3, np.int64), losses, scales)
+    pi = learner.num_samples(clients) * np.exp(tilt * (losses - losses.max()))
+    coef = pi / pi.sum() * scales
+    want = w0 + sum(float(c) * d for c, d in zip(coef, deltas, strict=True))
+    torch.testing.assert_close(learner.params, want)
 
 
 def test_every_async_question_has_a_replay_rule() -> None:
     extra = ({n for n in dir(AsyncLearnerLike) if not n.startswith("_")}
              - {n for n in dir(LearnerLike) if not n.startswith("_")})
     assert sorted(extra) == sorted(checkpoint.ASYNC_ANSWERS + checkpoint.ASYNC_EFFECTS)
+
+
+@pytest.mark.parametrize("rule", sorted(ASYNC_REFUSED))
+def test_rules_async_mode_cannot_run_are_refused_with_the_reason(rule: str) -> None:
+    from simfl.errors import InputError
+    from simfl.scenario import from_dict
+
+    with pytest.raises(InputError) as refused:
+        from_dict({"server": {"mode": "async"}, "aggregator": {"name": rule}})
+    assert f"'aggregator.name' = {rule!r} does not work with 'server.mode' = 'async': " \
+           f"{ASYNC_REFUSED[rule]}" in str(refused.value)
+    # every other rule loads in async mode
+    assert set(ASYNC_REFUSED) < set(AGGREGATOR_KEYS)
+    for other in set(AGGREGATOR_KEYS) - set(ASYNC_REFUSED):
+        from_dict({"server": {"mode": "async"}, "aggregator": {"name": other}})
 
 
 @pytest.mark.parametrize("table, key", [

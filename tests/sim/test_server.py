@@ -56,9 +56,9 @@ class FakeLearner:
         return client_idx.astype(float)
 
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
-               t_s: float) -> Selection:
+               t_s: float) -> tuple[Selection, None]:
         threshold = float(np.median(losses))
-        return Selection(losses >= threshold, threshold, self.exchanges)
+        return Selection(losses >= threshold, threshold, self.exchanges), None
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         return np.zeros(len(client_idx))

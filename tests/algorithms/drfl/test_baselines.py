@@ -7,14 +7,14 @@ import pytest
 
 from simfl.algorithms.drfl.baselines import (
     DRFAConfig,
+    pooled,
     run_drfa,
     solve_afl,
     solve_erm,
-    solve_wafl,
     weights_by_size,
 )
 from simfl.algorithms.drfl.losses import Loss, mean_loss, worst_case_risk
-from simfl.algorithms.drfl.problem import ClientData, DRFLProblem, solve_direct
+from simfl.algorithms.drfl.problem import DRFLProblem, solve_direct
 from tests.algorithms.drfl.helpers import classification_clients
 
 LOSS = Loss("logistic")
@@ -32,16 +32,22 @@ def test_afl_minimises_the_worst_client_and_erm_the_average() -> None:
     assert q_hat @ _losses(erm) <= q_hat @ _losses(afl) + 1e-7
 
 
-def test_wafl_is_drfl_with_one_client_holding_the_pooled_data() -> None:
-    """Equal client sizes: the pooled ball is DRFL's with a single client and theta = 0."""
-    q_hat, rho, kappa = weights_by_size(CLIENTS), 0.1, 1.0
-    wafl = solve_wafl(LOSS, CLIENTS, q_hat, rho, kappa)
-    pooled = ClientData(np.vstack([c.x for c in CLIENTS]), np.concatenate([c.y for c in CLIENTS]))
-    single = solve_direct(DRFLProblem((pooled,), LOSS, rho=rho, kappa=kappa, theta=0.0))
-    assert worst_case_risk(LOSS, pooled.x, pooled.y, wafl, rho, kappa) == pytest.approx(
-        single.objective, rel=1e-5)
-    erm = solve_erm(LOSS, CLIENTS, q_hat)
-    np.testing.assert_allclose(solve_wafl(LOSS, CLIENTS, q_hat, 0.0, kappa), erm, atol=1e-4)
+def test_wafl_is_the_worst_case_over_one_ball_around_the_pooled_data() -> None:
+    """Problem (4) with the pooled client and theta = 0: its optimum is the pooled worst
+    case at its model, no nearby model does better, and rho = 0 gives ERM."""
+    rho, kappa = 0.1, 1.0
+    data = pooled(CLIENTS)
+    assert data.num_samples == sum(c.num_samples for c in CLIENTS)
+    wafl = solve_direct(DRFLProblem((data,), LOSS, rho=rho, kappa=kappa, theta=0.0))
+    risk = worst_case_risk(LOSS, data.x, data.y, wafl.theta, rho, kappa)
+    assert risk == pytest.approx(wafl.objective, rel=1e-5)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        nearby = wafl.theta + 1e-2 * rng.normal(size=wafl.theta.size)
+        assert worst_case_risk(LOSS, data.x, data.y, nearby, rho, kappa) >= risk - 1e-7
+    at_zero = solve_direct(DRFLProblem((data,), LOSS, rho=0.0, kappa=kappa, theta=0.0))
+    erm = solve_erm(LOSS, CLIENTS, weights_by_size(CLIENTS))
+    np.testing.assert_allclose(at_zero.theta, erm, atol=1e-4)
 
 
 def test_drfa_approaches_the_afl_optimum() -> None:

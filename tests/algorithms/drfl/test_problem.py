@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from simfl.algorithms.drfl.losses import Loss
-from simfl.algorithms.drfl.problem import DRFLProblem, objective, solve_direct, worst_weights
+from simfl.algorithms.drfl.problem import (
+    DirectProgram,
+    DRFLProblem,
+    objective,
+    solve_direct,
+    worst_weights,
+)
 from tests.algorithms.drfl.helpers import classification_clients, regression_clients
 
 
@@ -25,6 +31,17 @@ def test_reformulation_value_is_the_minmax_value(name: str, p: float) -> None:
     for _ in range(5):
         nearby = sol.theta + 1e-2 * rng.normal(size=sol.theta.size)
         assert objective(problem, nearby) >= sol.objective - 1e-7
+
+
+@pytest.mark.parametrize("name", ["hinge", "huber"])
+def test_one_compiled_program_solves_every_grid_point(name: str) -> None:
+    """DirectProgram re-solved with new (rho, kappa, theta) equals a fresh solve_direct."""
+    clients = regression_clients() if name == "huber" else classification_clients(0.5)
+    program = DirectProgram(DRFLProblem(clients, Loss(name), rho=0.1, kappa=1.0, theta=0.2))
+    for rho, kappa, theta in [(0.01, 0.3, 0.0), (0.2, 1.0, 0.5), (0.05, 0.7, 0.1)]:
+        fresh = solve_direct(DRFLProblem(clients, Loss(name), rho=rho, kappa=kappa, theta=theta))
+        assert program.solve(rho, kappa, theta).objective == pytest.approx(fresh.objective,
+                                                                           rel=1e-6)
 
 
 def test_worst_weights_hand_computed() -> None:
