@@ -62,7 +62,7 @@ from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import Fleet, sync_server
 from simfl.train import build_model, initial_params
-from simfl.train.learner import Learner
+from simfl.train.local import LocalWork
 
 MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.cohort)
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
@@ -204,8 +204,9 @@ def _build(scenario: Scenario) -> _Built:
     dtype = getattr(torch, scenario.train.dtype)
     model = build_model(scenario.model.name, data.input_shape, data.num_classes).to(device)
     params = initial_params(model, streams.seed("init"), dtype).to(device)
-    learner = JournaledLearner(model, params, data, make_aggregator(scenario.aggregator),
-                               scenario.train, scenario.model.l2, scenario.eval, streams)
+    work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
+                     streams)
+    learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))
     return _Built(streams, device, learner, build_population(scenario, data, streams))
 
 
@@ -317,8 +318,8 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
         population.availability.write_trace(run_dir / "availability_intervals.parquet")
 
 
-def _simulate(scenario: Scenario, learner: Learner, population: Population, recorder: Recorder,
-              streams: Streams, progress: bool, checkpoints: Checkpointer,
+def _simulate(scenario: Scenario, learner: JournaledLearner, population: Population,
+              recorder: Recorder, streams: Streams, progress: bool, checkpoints: Checkpointer,
               health: Health) -> tuple[dict[str, dict[str, float]], float]:
     """Run the rounds; return the last evaluation's mean and p90 error per split, and
     the simulated time at the end."""
@@ -350,8 +351,7 @@ def _simulate(scenario: Scenario, learner: Learner, population: Population, reco
                                strata=population.devices.region_idx,
                                known_rates=known_rates(scenario.population.availability,
                                                        population.devices))
-        learner.use_estimators(panel, scenario.estimator.bias_every,
-                               lambda **columns: recorder.append("bias", **columns))
+        learner.use_estimators(panel, scenario.estimator.bias_every)
     evaluate(0, 0.0)
     devices = population.devices
     fleet = Fleet(population.availability, devices.train_s_per_sample,
