@@ -4,7 +4,11 @@ as the mean over seeds ± the half-width of a 95 % t-interval (per run: the mean
 bias rounds after the burn-in, simfl.plots.study.bias_rows).
 
     python -m simfl collect scenarios/study/bias_v2.sweep.toml
-    python bench/bias_table.py results/bias_v2
+    python bench/bias_table.py results/bias_v2 [--online]
+
+``--online`` adds E_online − Q_pop (sampling + availability): the bias of the estimator on
+uniformly random cohorts of the devices online when the round opened, the part an
+availability correction (IPW, post-stratification) is meant to remove.
 """
 
 from __future__ import annotations
@@ -23,19 +27,24 @@ COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
+    parser.add_argument("--online", action="store_true",
+                        help="add E_online - Q_pop (sampling + availability)")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
+    columns = (*COLUMNS, "online") if args.online else COLUMNS
     axes = [a for a in ("variant", "clients_per_round", "theta")
             if a in bias.columns and bias[a].n_unique() > 1]
     keys = (*axes, "estimator")
-    per_run = bias_rows(bias).group_by(*keys, "seed").agg(pl.col(c).mean() for c in COLUMNS)
+    rows = bias_rows(bias).with_columns(
+        online=pl.col("sampling_bias") + pl.col("availability_bias"))
+    per_run = rows.group_by(*keys, "seed").agg(pl.col(c).mean() for c in columns)
     print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
-                            "conformity − θ"]) + " |")
-    print("|" + "---|" * (len(keys) + 6))
+                            "conformity − θ"] + ["E_online − Q_pop"] * args.online) + " |")
+    print("|" + "---|" * (len(keys) + 1 + len(columns)))
     for group in per_run.sort(*keys).partition_by(*keys, maintain_order=True):
         row = group.row(0, named=True)
         cells = [str(row[k]) for k in keys] + [str(group.height)]
-        print("| " + " | ".join(cells + [ci(group[c].to_numpy()) for c in COLUMNS]) + " |")
+        print("| " + " | ".join(cells + [ci(group[c].to_numpy()) for c in columns]) + " |")
 
 
 if __name__ == "__main__":
