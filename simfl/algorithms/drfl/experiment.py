@@ -141,6 +141,9 @@ def _check(cfg: ExperimentConfig, source: str) -> None:
         rules.append((name, len(values) > 0 and min(values) >= 0, "must be numbers >= 0"))
     rules.append(("grid_kappa", len(cfg.grid_kappa) > 0 and min(cfg.grid_kappa) > 0,
                   "must be numbers > 0"))
+    rules.append(("grid_rho", min(cfg.grid_rho, default=math.inf)
+                  < max(cfg.grid_kappa, default=0.0),
+                  "needs a value below the largest kappa (tuned_grid: rho < kappa)"))
     for key, ok, message in rules:
         if not ok:
             raise InputError(f"{source}: 'experiment.{key}' = {getattr(cfg, key)!r} {message}")
@@ -240,12 +243,21 @@ def _folds(clients: tuple[ClientData, ...], num_folds: int, streams: Streams
     return out
 
 
+def tuned_grid(cfg: ExperimentConfig) -> list[tuple[float, float]]:
+    """The (rho, kappa) pairs cross-validation tries: those with rho < kappa. With rho >=
+    kappa the ball holds the training data with every label flipped, so every model's
+    worst-case hinge risk is >= 1 = that of w = 0 (hinge(m) + hinge(-m) >= 2): the optimum
+    is degenerate and the model a solver returns from it arbitrary."""
+    return [(rho, kappa) for rho, kappa in itertools.product(cfg.grid_rho, cfg.grid_kappa)
+            if rho < kappa]
+
+
 def cross_validate(cfg: ExperimentConfig, clients: tuple[ClientData, ...], streams: Streams
                    ) -> pl.DataFrame:
     """Mean validation accuracy of DRFL (rho, kappa, theta) and WAFL (rho, kappa) per grid
     point; each fold's program is compiled once and solved for every point."""
-    grid = list(itertools.product(cfg.grid_rho, cfg.grid_kappa, cfg.grid_theta))
-    wafl_grid = list(itertools.product(cfg.grid_rho, cfg.grid_kappa))
+    wafl_grid = tuned_grid(cfg)
+    grid = [(rho, kappa, theta) for rho, kappa in wafl_grid for theta in cfg.grid_theta]
     drfl_acc = np.zeros((cfg.cv_folds, len(grid)))  # (folds, grid points)
     wafl_acc = np.zeros((cfg.cv_folds, len(wafl_grid)))
     for k, (train, val_x, val_y) in enumerate(_folds(clients, cfg.cv_folds, streams)):
@@ -381,3 +393,16 @@ def summary_table(accuracy_df: pl.DataFrame) -> pl.DataFrame:
             .agg(pl.col("accuracy").mean().alias("mean"), pl.col("accuracy").std().alias("std"),
                  pl.col("seed").n_unique().alias("num_seeds"))
             .sort("sweep", "level", "method"))
+
+
+def markdown_table(accuracy_df: pl.DataFrame, sweep: str) -> str:
+    """One sweep's summary as a Markdown table: a row per level, 'mean ± std' per method."""
+    stats = summary_table(accuracy_df).filter(pl.col("sweep") == sweep)
+    num_seeds = stats["num_seeds"].to_numpy().min()
+    lines = ["| level | " + " | ".join(m.upper() for m in METHODS) + " |",
+             "|---" * (len(METHODS) + 1) + "|"]
+    for (level,), rows in stats.group_by("level", maintain_order=True):
+        cells = {r["method"]: f"{r['mean']:.3f} ± {r['std']:.3f}"
+                 for r in rows.iter_rows(named=True)}
+        lines.append(f"| {level:g} | " + " | ".join(cells[m] for m in METHODS) + " |")
+    return "\n".join(lines) + f"\n\n(mean ± std over {num_seeds} seeds)"

@@ -16,6 +16,7 @@ from simfl.algorithms.drfl.experiment import (
     choose,
     load_breast_cancer_split,
     load_experiment,
+    markdown_table,
     run_experiment,
     summary_table,
     wisconsin_original,
@@ -57,6 +58,7 @@ def test_study_file_is_the_default_study() -> None:
     ("[experiment]\ndataset = 'iris'", "'experiment.dataset' = 'iris' must be"),
     ("[experiment]\nminority_keep = [0.5]", "'experiment.minority_keep' = (0.5,) must be"),
     ("[experiment]\nloss = 'logistic'", "'experiment.loss' = 'logistic' must be 'hinge'"),
+    ("[experiment]\ngrid_rho = [2.0]", "'experiment.grid_rho' = (2.0,) needs a value below"),
     ("[population.availability]\nmode = 'never'", "'population.availability.mode'"),
     ("[drfl]\nx = 1", "unknown table 'drfl'"),
 ])
@@ -155,6 +157,9 @@ def test_tiny_study_end_to_end(tmp_path: Path) -> None:
     assert (iters["t_end_s"] > iters["t_start_s"]).all() and (iters["bytes_up"] > 0).all()
     assert summary_table(acc).height == 3 * 2 * len(METHODS)
     assert summary_table(acc)["num_seeds"].to_list() == [1] * (3 * 2 * len(METHODS))
+    table = markdown_table(acc, "sd").splitlines()
+    assert table[0] == "| level | DRFL | ERM | AFL | DRFA | WAFL |" and len(table) == 2 + 2 + 2
+    assert table[2].startswith("| 0 | ") and table[-1] == "(mean ± std over 1 seeds)"
     assert all(p.stat().st_size > 0 for p in write_figures(tables, tmp_path / "fig"))
 
 

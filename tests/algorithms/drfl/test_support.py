@@ -123,3 +123,16 @@ def test_a_box_needs_the_hinge_loss() -> None:
     with pytest.raises(ValueError, match="hinge"):
         DRFLProblem(box_clients("sym_box"), Loss("logistic"), rho=0.1, kappa=1.0, theta=0.2,
                     support="sym_box")
+
+
+@pytest.mark.parametrize("support", ["none", "sym_box"])
+def test_rho_at_least_kappa_is_degenerate(support: str) -> None:
+    """ρ ≥ κ: the ball holds the data with every label flipped, so the optimum is 1 and the
+    zero model attains it (why the study's cross-validation skips ρ ≥ κ)."""
+    clients = box_clients("sym_box")
+    problem = DRFLProblem(clients, Loss("hinge"), rho=0.5, kappa=0.5, theta=0.1,
+                          support=support)
+    assert solve_direct(problem).objective == pytest.approx(1.0, abs=1e-6)
+    assert objective(problem, np.zeros(4)) == pytest.approx(1.0)
+    below = DRFLProblem(clients, Loss("hinge"), rho=0.1, kappa=0.5, theta=0.1, support=support)
+    assert solve_direct(below).objective < 0.99
