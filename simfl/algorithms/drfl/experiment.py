@@ -402,7 +402,8 @@ def markdown_table(accuracy_df: pl.DataFrame, sweep: str) -> str:
     lines = ["| level | " + " | ".join(m.upper() for m in METHODS) + " |",
              "|---" * (len(METHODS) + 1) + "|"]
     for (level,), rows in stats.group_by("level", maintain_order=True):
-        cells = {r["method"]: f"{r['mean']:.3f} ± {r['std']:.3f}"
+        cells = {r["method"]: f"{r['mean']:.3f} ± "
+                 + ("–" if r["std"] is None else f"{r['std']:.3f}")  # one seed: no std
                  for r in rows.iter_rows(named=True)}
         lines.append(f"| {level:g} | " + " | ".join(cells[m] for m in METHODS) + " |")
     return "\n".join(lines) + f"\n\n(mean ± std over {num_seeds} seeds)"
