@@ -82,6 +82,9 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--shard", metavar="I/N", type=_shard, default=(0, 1),
                             help="run only every N-th run, starting at the I-th (0-based): N "
                                  "processes with I = 0 .. N-1 share a machine without Ray")
+        parser.add_argument("--archived", metavar="DIR", type=Path,
+                            help="skip the runs complete in DIR/<sweep name>/ (copies kept "
+                                 "by bench/archive_runs.py, e.g. docs/runs) before sharding")
         parser.add_argument("--quiet", action="store_true",
                             help="no round progress bar (the sequential backend shows one)")
         parser.add_argument("--status", action="store_true",
@@ -317,7 +320,7 @@ def check_output_file(path: Path, overwrite: bool) -> None:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import collect, load_sweep, run_statuses, run_sweep
+    from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
 
     sweep = load_sweep(args.sweep)
     if command == "sweep" and args.status:
@@ -332,8 +335,13 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
         i, n = args.shard
         again = f"continue with: python -m simfl sweep {args.sweep}"
+        runs = [run for run in sweep.runs if args.archived is None
+                or not is_complete(args.archived / sweep.name / run.run_id)]
+        if len(runs) < len(sweep.runs):
+            print(f"{sweep.name}: {len(sweep.runs) - len(runs)} runs already archived in "
+                  f"{args.archived / sweep.name}")
         try:
-            statuses = run_sweep(replace(sweep, runs=sweep.runs[i::n]), args.backend,
+            statuses = run_sweep(replace(sweep, runs=tuple(runs[i::n])), args.backend,
                                  progress=not args.quiet)
         except RunInterrupted as e:
             print(f"simfl: sweep {sweep.name}: {e}; {again}", file=sys.stderr)

@@ -180,6 +180,27 @@ def test_shards_split_the_runs_between_processes(tmp_path: Path,
         assert exit_info.value.code == 2
 
 
+def test_archived_runs_are_skipped_before_sharding(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import simfl.sweep
+
+    path = write(tmp_path)
+    every = [r.run_id for r in load_sweep(path).runs]
+    archive = tmp_path / "archive"
+    for run_id, status in ((every[0], "complete"), (every[2], "complete"),
+                           (every[3], "failed")):
+        (archive / "study" / run_id).mkdir(parents=True)
+        (archive / "study" / run_id / "manifest.json").write_text(
+            json.dumps({"status": status}))
+    seen: list[list[str]] = []
+    monkeypatch.setattr(simfl.sweep, "run_sweep", lambda sweep, backend, progress: seen.append(
+        [r.run_id for r in sweep.runs]) or {})
+    for shard in ("0/2", "1/2"):
+        assert main(["sweep", str(path), "--archived", str(archive), "--shard", shard]) == 0
+    left = [r for i, r in enumerate(every) if i not in (0, 2)]  # a failed copy is no copy
+    assert seen == [left[0::2], left[1::2]]
+
+
 @pytest.mark.parametrize("quiet", [False, True])
 def test_sequential_sweep_shows_each_runs_progress(tmp_path: Path, quiet: bool,
                                                    capsys: pytest.CaptureFixture[str],
