@@ -54,7 +54,7 @@ from simfl.aggregate import Aggregator, Selection
 from simfl.data.packed import ClientData
 from simfl.errors import InputError, RunFailed
 from simfl.records import Committed, Recorder, write_atomically
-from simfl.sim.server import RoundHook
+from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
 from simfl.train.learner import AsyncLearner
 from simfl.train.local import LocalWork
@@ -183,6 +183,16 @@ class JournaledLearner(AsyncLearner):
         if self.journal.live:
             super().aggregate(client_idx, losses)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The state that rounds change: global parameters, aggregator and estimator state,
+        and any attribute added later (everything but ``WIRING``), for checkpoints."""
+        return {name: value for name, value in vars(self).items() if name not in self.WIRING}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict` of a learner of the same run)."""
+        for name, value in state.items():
+            setattr(self, name, value)
+
     def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
         if self.journal.live:
             result = super().evaluate()
@@ -201,7 +211,7 @@ class Checkpoint:
     rounds_done: int
     t_s: float  # simulated time of the boundary
     wall_s: float  # wall-clock seconds the run had worked up to the boundary, all sessions
-    learner: dict[str, Any]  # Learner.state_dict()
+    learner: dict[str, Any]  # JournaledLearner.state_dict()
     tables: dict[str, Committed]  # the Parquet parts committed
     journal: list[Entry]  # every answer before the boundary
     num_segments: int  # journal files

@@ -17,9 +17,9 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -112,6 +112,94 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("error", pa.float64()),
     ]),
 }
+
+
+# Typed builders of the simulator's rows: one dataclass per table, its fields the
+# table's columns in schema order (a test checks). A field holds a scalar (broadcast to
+# the batch) or a (K,) array; a masked array's masked entries are null.
+Column = np.ndarray | list[Any]
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """One row of rounds.parquet: a round (async: a server update)."""
+
+    TABLE: ClassVar[str] = "rounds"
+    round: int
+    t_start_s: float
+    t_end_s: float
+    num_online: int
+    num_selected: int
+    num_kept: int
+    num_aggregated: int
+    num_dropped: int
+    quantile_estimate: float | None
+    lr: float
+    bytes_down: int
+    bytes_up: int
+
+
+@dataclass(frozen=True)
+class ClientRows:
+    """clients.parquet rows: the selected devices of a round (async: the tasks ended in an
+    update interval)."""
+
+    TABLE: ClassVar[str] = "clients"
+    round: int
+    client_id: Column
+    client_idx: Column
+    status: Column
+    loss_reported: np.ma.MaskedArray
+    train_loss: np.ma.MaskedArray
+    num_samples: Column
+    bytes_down: Column
+    bytes_up: Column
+    t_dispatch_s: float | Column
+    t_done_s: Column
+    staleness: int | Column
+    model_version: int | Column
+
+
+@dataclass(frozen=True)
+class CommRows:
+    """comm.parquet rows: the messages of a round (async: of an update interval)."""
+
+    TABLE: ClassVar[str] = "comm"
+    round: int
+    client_idx: Column
+    direction: Column
+    kind: Column
+    bytes: Column
+    t_start_s: Column
+    t_end_s: Column
+
+
+@dataclass(frozen=True)
+class EvalRows:
+    """eval.parquet rows: one evaluation of the global model on one split's devices."""
+
+    TABLE: ClassVar[str] = "eval"
+    round: int
+    t_s: float
+    client_id: Column
+    client_idx: np.ma.MaskedArray
+    split: str
+    num_samples: Column
+    loss: Column
+    error: Column
+
+
+@dataclass(frozen=True)
+class AvailabilityRows:
+    """availability.parquet rows: devices online per (simulated hour, region)."""
+
+    TABLE: ClassVar[str] = "availability"
+    t_s: Column
+    region: Column
+    num_online: Column
+
+
+Rows = RoundRow | ClientRows | CommRows | EvalRows | AvailabilityRows
 
 
 @dataclass(frozen=True)
@@ -249,6 +337,10 @@ class Recorder:
 
     def append(self, table: str, **columns: Any) -> None:
         self.tables[table].append(**columns)
+
+    def write(self, rows: Rows) -> None:
+        """Append typed rows to their table."""
+        self.append(rows.TABLE, **{f.name: getattr(rows, f.name) for f in fields(rows)})
 
     def mute(self, muted: bool) -> None:
         """While muted, appended rows are dropped (they are on disk already)."""

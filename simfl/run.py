@@ -51,6 +51,8 @@ from simfl.records import (
     PARTS_DIR,
     PLOTS_DIR,
     SCHEMAS,
+    AvailabilityRows,
+    EvalRows,
     Recorder,
     read_manifest,
     write_atomically,
@@ -60,7 +62,8 @@ from simfl.scenario import EstimatorConfig, Scenario, from_dict, to_dict
 from simfl.sim.async_server import async_server
 from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, sync_server
+from simfl.sim.server import sync_server
+from simfl.sim.tasks import Fleet, Wiring
 from simfl.train import build_model, initial_params
 from simfl.train.local import LocalWork
 
@@ -259,8 +262,8 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
     health = Health(scenario.run.idle_window, scenario.run.idle_share)
     try:
         with checkpoints.on_signals():
-            summary, end_s = _simulate(scenario, built.learner, built.population, recorder,
-                                       built.streams, progress, checkpoints, health)
+            summary, end_s = _simulate(scenario, built, recorder, progress, checkpoints,
+                                       health)
             health.check_end()
         _record_availability(built.population, recorder, run_dir, scenario, end_s)
         recorder.close()
@@ -312,17 +315,19 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
     hours = np.arange(0.0, min(end_s, population.availability.horizon_s) + 1.0, 3600.0)
     counts = population.availability.num_online_by_region(hours)  # (T, R)
     names = np.array(population.devices.region_names)
-    recorder.append("availability", t_s=np.repeat(hours, len(names)),
-                    region=np.tile(names, len(hours)).tolist(), num_online=counts.ravel())
+    recorder.write(AvailabilityRows(t_s=np.repeat(hours, len(names)),
+                                    region=np.tile(names, len(hours)).tolist(),
+                                    num_online=counts.ravel()))
     if scenario.population.availability.log_intervals:
         population.availability.write_trace(run_dir / "availability_intervals.parquet")
 
 
-def _simulate(scenario: Scenario, learner: JournaledLearner, population: Population,
-              recorder: Recorder, streams: Streams, progress: bool, checkpoints: Checkpointer,
+def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: bool,
+              checkpoints: Checkpointer,
               health: Health) -> tuple[dict[str, dict[str, float]], float]:
     """Run the rounds; return the last evaluation's mean and p90 error per split, and
     the simulated time at the end."""
+    learner, population, streams = built.learner, built.population, built.streams
     env = simpy.Environment()
     num_rounds = scenario.server.num_rounds
     bar = tqdm(total=num_rounds, desc=scenario.name, unit="round", disable=not progress,
@@ -332,9 +337,10 @@ def _simulate(scenario: Scenario, learner: JournaledLearner, population: Populat
     def evaluate(rounds_done: int, t_s: float) -> None:
         for split, (clients, result) in learner.evaluate().items():
             index = np.ma.masked_array(np.arange(clients.num_clients), mask=split == "test")
-            recorder.append("eval", round=rounds_done, t_s=t_s, client_id=clients.client_ids,
-                            client_idx=index, split=split, num_samples=result.num_samples,
-                            loss=result.losses, error=result.errors)
+            recorder.write(EvalRows(
+                round=rounds_done, t_s=t_s, client_id=clients.client_ids, client_idx=index,
+                split=split, num_samples=result.num_samples, loss=result.losses,
+                error=result.errors))
             summary[split] = error_summary(result.errors)
 
     def after_round(rounds_done: int, t_s: float) -> None:
@@ -356,9 +362,9 @@ def _simulate(scenario: Scenario, learner: JournaledLearner, population: Populat
     devices = population.devices
     fleet = Fleet(population.availability, devices.train_s_per_sample,
                   devices.failure_rate_per_h, scenario.train.local_epochs)
+    wiring = Wiring(env, fleet, LinkSharing(env, population.paths), recorder, streams, health)
     server = async_server if scenario.server.mode == "async" else sync_server
-    env.process(server(env, scenario.server, fleet, LinkSharing(env, population.paths),
-                       learner, recorder, streams, health, checkpoints.wrap(after_round)))
+    env.process(server(wiring, scenario.server, learner, checkpoints.wrap(after_round)))
     env.run()
     bar.close()
     return summary, env.now

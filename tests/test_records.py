@@ -13,8 +13,14 @@ import pytest
 from simfl.errors import InputError
 from simfl.records import (
     PARTS_DIR,
+    SCHEMAS,
+    AvailabilityRows,
+    ClientRows,
     Committed,
+    CommRows,
+    EvalRows,
     Recorder,
+    RoundRow,
     part_path,
     read_table,
     table_exists,
@@ -24,10 +30,30 @@ from simfl.records import (
 
 def append_rounds(recorder: Recorder, rounds: range) -> None:
     for r in rounds:
-        recorder.append("rounds", round=r, t_start_s=float(r), t_end_s=r + 0.5, num_online=10,
-                        num_selected=4, num_kept=2, num_aggregated=2, num_dropped=0,
-                        quantile_estimate=np.nan if r % 2 else 0.25 * r, lr=0.1,
-                        bytes_down=100 * r, bytes_up=50 * r)
+        recorder.write(RoundRow(round=r, t_start_s=float(r), t_end_s=r + 0.5, num_online=10,
+                                num_selected=4, num_kept=2, num_aggregated=2, num_dropped=0,
+                                quantile_estimate=np.nan if r % 2 else 0.25 * r, lr=0.1,
+                                bytes_down=100 * r, bytes_up=50 * r))
+
+
+@pytest.mark.parametrize("rows", [RoundRow, ClientRows, CommRows, EvalRows, AvailabilityRows])
+def test_each_row_builder_is_its_tables_schema(rows: type) -> None:
+    assert [f for f in rows.__dataclass_fields__ if f != "TABLE"] == SCHEMAS[rows.TABLE].names
+
+
+def test_typed_rows_write_what_the_columns_would(tmp_path: Path) -> None:
+    typed, columns = Recorder(tmp_path / "typed"), Recorder(tmp_path / "columns")
+    rows = CommRows(round=3, client_idx=np.array([4, 1]), direction=["down", "up"],
+                    kind=["model", "update"], bytes=np.array([10, 20]),
+                    t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]))
+    typed.write(rows)
+    columns.append("comm", round=3, client_idx=np.array([4, 1]), direction=["down", "up"],
+                   kind=["model", "update"], bytes=np.array([10, 20]),
+                   t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]))
+    typed.close()
+    columns.close()
+    assert ((tmp_path / "typed" / "comm.parquet").read_bytes()
+            == (tmp_path / "columns" / "comm.parquet").read_bytes())
 
 
 def parts(run_dir: Path, table: str) -> list[str]:

@@ -526,7 +526,7 @@ def test_learner_state_is_every_attribute_but_the_wiring() -> None:
     assert set(vars(learner)) >= checkpoint.JournaledLearner.WIRING  # no stale names in it
     state = learner.state_dict()
     assert set(state) == set(vars(learner)) - checkpoint.JournaledLearner.WIRING
-    assert set(state) == {"params", "version", "kept", "updates", "aggregator_state", "panel"}
+    assert set(state) == {"params", "version", "kept", "updates", "aggregator_state", "filter"}
     learner.later_state = np.arange(3)  # a field added by a future rule is checkpointed too
     state = learner.state_dict()
     other = simfl.run._build(from_dict({"data": {"synthetic": {"num_clients": 8}},

@@ -34,25 +34,27 @@ in which it ended.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
-from simfl.population.network import Direction
-from simfl.records import Recorder
-from simfl.rng import Streams
+from simfl.records import RoundRow
 from simfl.scenario import ServerConfig
-from simfl.sim.health import Health
-from simfl.sim.network import LinkSharing
-from simfl.sim.server import (
+from simfl.sim.server import LearnerLike
+from simfl.sim.tasks import (
     EVAL_COST_FRACTION,
-    Fleet,
-    LearnerLike,
+    MessageLog,
+    Outcomes,
     RoundHook,
+    TaskPlan,
+    Wiring,
     check_wait,
+    client_rows,
+    comm_rows,
+    device_task,
     leave_times,
 )
 
@@ -102,54 +104,52 @@ class _Task:
     version: int
     t_dispatch_s: float
     gone_at_s: float  # when the device goes offline or fails
-    compute_s: float
+    log: MessageLog  # the task's messages
     status: str = ""
     loss: float = math.nan  # F_k(w_version), reported with the update
     train_loss: float = math.nan
     trained: bool = False
     staleness: int = 0
     t_done_s: float = math.nan
-    messages: list[tuple[str, str, int, float, float]] = field(default_factory=list)
 
 
-class _AsyncServer:
-    """The server's state between events: model version, buffer, tasks in flight."""
+class _Slots:
+    """Keeps ``concurrency`` devices in tasks: whenever slots are free, one draw of idle
+    online devices that have not started from this model version (after every other event
+    of the instant); while too few are online, a look again every ``wait_poll_s``."""
 
-    def __init__(self, env: simpy.Environment, cfg: ServerConfig, fleet: Fleet,
-                 net: LinkSharing, learner: AsyncLearnerLike, recorder: Recorder,
-                 streams: Streams, health: Health, after_round: RoundHook) -> None:
-        self.env, self.cfg, self.fleet, self.net = env, cfg, fleet, net
-        self.learner, self.recorder, self.streams = learner, recorder, streams
-        self.health, self.after_round = health, after_round
+    def __init__(self, wiring: Wiring, cfg: ServerConfig, learner: AsyncLearnerLike,
+                 start: Callable[[int, float], None]) -> None:
+        self.wiring, self.env, self.cfg, self.learner = wiring, wiring.env, cfg, learner
+        self.start = start  # (device, when it leaves): a task from the current version
         self.concurrency = cfg.concurrency or cfg.clients_per_round
-        self.buffer_size = cfg.buffer_size or cfg.clients_per_round
-        n = fleet.availability.num_devices
-        samples = learner.num_samples(np.arange(n)).astype(np.float64)
-        eval_share = EVAL_COST_FRACTION if learner.needs_losses else 0.0
-        train_s = fleet.train_s_per_sample * samples * fleet.local_epochs
-        self.compute_s = train_s + fleet.train_s_per_sample * samples * eval_share  # (N,)
-        self.up_bytes = learner.model_bytes + (learner.loss_report_bytes
-                                               if learner.needs_losses else 0)
-        self.version = 0
+        n = wiring.fleet.availability.num_devices
         self.busy = np.zeros(n, dtype=bool)
         self.started = np.zeros(n, dtype=bool)  # devices that started from this version
+        self.version = 0
         self.in_flight = 0
-        self.untrained: dict[int, list[_Task]] = {}  # version -> tasks in flight, not trained
-        self.buffer: list[_Task] = []
-        self.ended: list[_Task] = []  # tasks ended since the last server update
         self.num_dispatched = 0  # since the last server update
         self.num_draws = 0  # device draws at this version
-        self.t_update_s = 0.0
         self.t_idle_s = 0.0  # since when no task has been in flight
         self.refill_due = self.poll_due = False
-        self.finished = env.event()
-
-    # --- dispatch ---
 
     def schedule_refill(self) -> None:
         if not self.refill_due:
             self.refill_due = True
             _Later(self.env).callbacks.append(self._refill)
+
+    def task_ended(self, device: int) -> None:
+        self.busy[device] = False
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.t_idle_s = self.env.now
+
+    def next_version(self) -> int:
+        """The server updated the model: returns the tasks dispatched since the last update."""
+        dispatched, self.num_dispatched = self.num_dispatched, 0
+        self.version, self.num_draws = self.version + 1, 0
+        self.started[:] = False
+        return dispatched
 
     def _refill(self, _event: simpy.Event | None = None) -> None:
         """Fill the free slots with idle online devices, in one draw."""
@@ -157,25 +157,22 @@ class _AsyncServer:
         free = self.concurrency - self.in_flight
         if self.version >= self.cfg.num_rounds or free <= 0:
             return
-        now, availability = self.env.now, self.fleet.availability
+        now, fleet, streams = self.env.now, self.wiring.fleet, self.wiring.streams
         # The first draw at version v uses sync round v's streams: with buffer = concurrency
         # = clients_per_round and equal task times, async selects what sync selects.
         key = (self.version,) if self.num_draws == 0 else (self.version, self.num_draws)
         self.num_draws += 1
-        devices = np.sort(availability.sample_online(
-            now, free, self.streams.numpy("selection", *key), self.busy | self.started,
+        devices = np.sort(fleet.availability.sample_online(
+            now, free, streams.numpy("selection", *key), self.busy | self.started,
             self.learner.selection_weights()))
-        gone_at = leave_times(self.fleet, devices, now, self.streams.numpy("failure", *key))
+        gone_at = leave_times(fleet, devices, now, streams.numpy("failure", *key))
         if self.in_flight == 0 and len(devices) == 0:
-            check_wait(now, self.t_idle_s, self.cfg, self.fleet,
-                       f"server update {self.version}")
+            check_wait(now, self.t_idle_s, self.cfg, fleet, f"server update {self.version}")
         for device, leave_s in zip(devices.tolist(), gone_at.tolist(), strict=True):
-            task = _Task(device, self.version, now, leave_s, float(self.compute_s[device]))
             self.busy[device] = self.started[device] = True
             self.in_flight += 1
             self.num_dispatched += 1
-            self.untrained.setdefault(self.version, []).append(task)
-            self.env.process(self._run(task))
+            self.start(device, leave_s)
         if len(devices) < free:
             self._poll()
 
@@ -190,88 +187,110 @@ class _AsyncServer:
         self.poll_due = False
         self._refill()
 
-    # --- one device ---
 
-    def _run(self, task: _Task) -> Generator[simpy.Event, Any, None]:
-        yield from self._send(task, "down", self.learner.model_bytes, "model")
-        yield self.env.timeout(task.compute_s)
-        yield from self._send(task, "up", self.up_bytes, "update")
-        self._end(task)
+class _Untrained:
+    """The tasks in flight not trained yet, by the model version they started from: trained
+    in one call per version when the first of them arrives; an old version is released
+    once none of its tasks awaits training."""
 
-    def _send(self, task: _Task, direction: Direction, num_bytes: int,
-              kind: str) -> Generator[simpy.Event, Any, None]:
-        start = self.env.now
-        yield self.net.transfer(task.device, num_bytes, direction)
-        task.messages.append((direction, kind, num_bytes, start, self.env.now))
+    def __init__(self, learner: AsyncLearnerLike, plan: list[TaskPlan]) -> None:
+        self.learner, self.plan = learner, plan
+        self.groups: dict[int, list[_Task]] = {}  # version -> tasks
 
-    def _end(self, task: _Task) -> None:
-        now = self.env.now
-        task.t_done_s = now
-        task.staleness = self.version - task.version
-        self.busy[task.device] = False
-        self.in_flight -= 1
-        if self.in_flight == 0:
-            self.t_idle_s = now
-        self.ended.append(task)
-        if now > task.gone_at_s:
-            task.status, task.t_done_s = "dropped", task.gone_at_s
-            self._abandon(task)
-        elif self.version >= self.cfg.num_rounds:
-            task.status = "late"
-            self._abandon(task)
-        else:
-            self._arrive(task)
-        if self.version >= self.cfg.num_rounds:
-            if self.in_flight == 0:
-                self._record_tasks(self.cfg.num_rounds)
-                self.finished.succeed()
-        else:
-            self.health.tasks_ended(self.version, [t.status for t in self.ended],
-                                    self.buffer_size, len(self.busy))
-            self.schedule_refill()
+    def add(self, task: _Task) -> None:
+        self.groups.setdefault(task.version, []).append(task)
 
-    def _abandon(self, task: _Task) -> None:
-        """A task whose update will never be aggregated."""
-        if task.trained:
-            self.learner.discard(np.array([task.version]), np.array([task.device]))
-            return
-        group = self.untrained.get(task.version, [])
-        if task in group:
-            group.remove(task)
-            if not group:
-                del self.untrained[task.version]
-                self._release(task.version)
-
-    def _release(self, version: int) -> None:
-        if version < self.version and version not in self.untrained:
-            self.learner.forget(version)
-
-    def _train(self, version: int) -> None:
+    def train(self, version: int, current: int) -> None:
         """Train every task in flight from ``version`` that can still arrive, in one call."""
-        group = self.untrained.pop(version)
-        viable = sorted((t for t in group if t.gone_at_s >= t.t_dispatch_s + t.compute_s),
+        group = self.groups.pop(version)
+        viable = sorted((t for t in group
+                         if t.gone_at_s >= t.t_dispatch_s + self.plan[t.device].compute_s),
                         key=lambda t: t.device)
         devices = np.array([t.device for t in viable], dtype=np.int64)
         train_losses, losses = self.learner.train_from(version, devices)
         for task, train_loss, loss in zip(viable, train_losses.tolist(), losses.tolist(),
                                           strict=True):
             task.trained, task.train_loss, task.loss = True, train_loss, loss
-        self._release(version)
+        self.release(version, current)
+
+    def abandon(self, task: _Task, current: int) -> None:
+        """A task whose update will never be aggregated."""
+        if task.trained:
+            self.learner.discard(np.array([task.version]), np.array([task.device]))
+            return
+        group = self.groups.get(task.version, [])
+        if task in group:
+            group.remove(task)
+            if not group:
+                del self.groups[task.version]
+                self.release(task.version, current)
+
+    def release(self, version: int, current: int) -> None:
+        if version < current and version not in self.groups:
+            self.learner.forget(version)
+
+
+class _AsyncServer:
+    """The server's state between events: model version, buffer, tasks in flight."""
+
+    def __init__(self, wiring: Wiring, cfg: ServerConfig, learner: AsyncLearnerLike,
+                 after_round: RoundHook) -> None:
+        self.wiring, self.env, self.cfg = wiring, wiring.env, cfg
+        self.learner, self.after_round = learner, after_round
+        self.buffer_size = cfg.buffer_size or cfg.clients_per_round
+        self.plan = _plans(wiring, learner)  # (N,) each device's task
+        self.slots = _Slots(wiring, cfg, learner, self._start)
+        self.untrained = _Untrained(learner, self.plan)
+        self.version = 0
+        self.buffer: list[_Task] = []
+        self.ended: list[_Task] = []  # tasks ended since the last server update
+        self.t_update_s = 0.0
+        self.finished = self.env.event()
+
+    def _start(self, device: int, leave_s: float) -> None:
+        task = _Task(device, self.version, self.env.now, leave_s,
+                     MessageLog(self.env, self.wiring.net))
+        self.untrained.add(task)
+        self.env.process(self._run(task))
+
+    def _run(self, task: _Task) -> Generator[simpy.Event, Any, None]:
+        yield from device_task(task.log, task.device, self.plan[task.device])
+        now = self.env.now
+        task.t_done_s, task.staleness = now, self.version - task.version
+        self.slots.task_ended(task.device)
+        self.ended.append(task)
+        if now > task.gone_at_s:
+            task.status, task.t_done_s = "dropped", task.gone_at_s
+            self.untrained.abandon(task, self.version)
+        elif self.version >= self.cfg.num_rounds:
+            task.status = "late"
+            self.untrained.abandon(task, self.version)
+        else:
+            self._arrive(task)
+        if self.version < self.cfg.num_rounds:
+            self.wiring.health.tasks_ended(self.version, [t.status for t in self.ended],
+                                           self.buffer_size, len(self.plan))
+            self.slots.schedule_refill()
+        elif self.slots.in_flight == 0:
+            _record_tasks(self.wiring, self.learner, self._take_ended(), self.cfg.num_rounds)
+            self.finished.succeed()
 
     def _arrive(self, task: _Task) -> None:
         if not task.trained:
-            self._train(task.version)
+            self.untrained.train(task.version, self.version)
         if math.isnan(task.train_loss):
             task.status = "nonfinite"
         elif 0 <= self.cfg.max_staleness < task.staleness:
             task.status = "stale"
-            self._abandon(task)
+            self.untrained.abandon(task, self.version)
         else:
             self.buffer.append(task)
             if len(self.buffer) >= self.buffer_size:
                 self._update()
 
-    # --- server update ---
+    def _take_ended(self) -> list[_Task]:
+        tasks, self.ended = self.ended, []
+        return tasks
 
     def _update(self) -> None:
         """Aggregate the buffer (in client order: the sum is independent of arrivals)."""
@@ -281,82 +300,78 @@ class _AsyncServer:
         devices = np.array([t.device for t in buffer], dtype=np.int64)
         versions = np.array([t.version for t in buffer], dtype=np.int64)
         staleness = np.array([t.staleness for t in buffer], dtype=np.int64)
-        keep, threshold = np.ones(len(buffer), dtype=bool), None
-        if self.learner.wants_checkins:
-            self.learner.observe_online(now, self.fleet.availability.online_devices(now))
         losses = np.array([t.loss for t in buffer])
-        if self.learner.needs_losses:
-            selection, bias = self.learner.select(losses, devices, r, now)
-            keep, threshold = np.asarray(selection.keep, dtype=bool), selection.threshold
-            if bias is not None:
-                self.recorder.append("bias", **bias)
+        keep, threshold = self._filter(losses, devices)
         scales = self.cfg.server_lr * staleness_weight(self.cfg, staleness)
         self.learner.aggregate_buffer(devices[keep], versions[keep], losses[keep], scales[keep])
         self.learner.discard(versions[~keep], devices[~keep])
         for task, kept in zip(buffer, keep.tolist(), strict=True):
             task.status = "aggregated" if kept else "filtered"
-        self.version, self.num_draws = r + 1, 0
-        self.started[:] = False
-        self._release(r)
-        tasks = self._record_tasks(r)
-        self.recorder.append(
-            "rounds", round=r, t_start_s=self.t_update_s, t_end_s=now,
-            num_online=self.fleet.availability.num_online(now),
-            num_selected=self.num_dispatched, num_kept=int(keep.sum()),
+        self.version = r + 1
+        num_dispatched = self.slots.next_version()
+        self.untrained.release(r, self.version)
+        tasks = _record_tasks(self.wiring, self.learner, self._take_ended(), r)
+        self.wiring.recorder.write(RoundRow(
+            round=r, t_start_s=self.t_update_s, t_end_s=now,
+            num_online=self.wiring.fleet.availability.num_online(now),
+            num_selected=num_dispatched, num_kept=int(keep.sum()),
             num_aggregated=int(keep.sum()),
             num_dropped=sum(t.status == "dropped" for t in tasks),
             quantile_estimate=threshold, lr=self.learner.lr(r),
-            bytes_down=sum(m[2] for t in tasks for m in t.messages if m[0] == "down"),
-            bytes_up=sum(m[2] for t in tasks for m in t.messages if m[0] == "up"))
-        self.t_update_s, self.num_dispatched = now, 0
-        self.health.round_done(r, int(keep.sum()), threshold, [t.status for t in buffer])
+            bytes_down=sum(t.log.bytes("down") for t in tasks),
+            bytes_up=sum(t.log.bytes("up") for t in tasks)))
+        self.t_update_s = now
+        self.wiring.health.round_done(r, int(keep.sum()), threshold, [t.status for t in buffer])
         self.after_round(self.version, now)
 
-    def _record_tasks(self, r: int) -> list[_Task]:
-        """Write the rows of the tasks ended since the last update, as interval ``r``."""
-        tasks, self.ended = self.ended, []
-        self.health.devices_done(t.status for t in tasks)
-        if not tasks:
-            return tasks
-        msg = [(t.device, *m) for t in tasks for m in t.messages]
-        self.recorder.append(
-            "comm", round=r, client_idx=np.array([m[0] for m in msg], dtype=np.int64),
-            direction=[m[1] for m in msg], kind=[m[2] for m in msg],
-            bytes=np.array([m[3] for m in msg], dtype=np.int64),
-            t_start_s=np.array([m[4] for m in msg]), t_end_s=np.array([m[5] for m in msg]))
-        devices = np.array([t.device for t in tasks], dtype=np.int64)
+    def _filter(self, losses: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, float | None]:
+        """Which buffered updates are aggregated (Δ-FL: F_k(w_{v_k}) >= η̂), and η̂."""
+        now = self.env.now
+        if self.learner.wants_checkins:
+            self.learner.observe_online(now, self.wiring.fleet.availability.online_devices(now))
+        if not self.learner.needs_losses:
+            return np.ones(len(losses), dtype=bool), None
+        selection, bias = self.learner.select(losses, devices, self.version, now)
+        if bias is not None:
+            self.wiring.recorder.append("bias", **bias)
+        return np.asarray(selection.keep, dtype=bool), selection.threshold
+
+
+def _record_tasks(wiring: Wiring, learner: AsyncLearnerLike, tasks: list[_Task],
+                  r: int) -> list[_Task]:
+    """Write the rows of ``tasks`` (ended since the last update) as interval ``r``."""
+    wiring.health.devices_done(t.status for t in tasks)
+    if tasks:
+        wiring.recorder.write(comm_rows(r, [m for t in tasks for m in t.log.messages]))
         untrained = np.array([not t.trained for t in tasks], dtype=bool)
-        not_reported = untrained | (not self.learner.needs_losses)
-        self.recorder.append(
-            "clients", round=r, client_id=self.learner.client_ids(devices), client_idx=devices,
-            status=[t.status for t in tasks],
-            loss_reported=np.ma.masked_array([t.loss for t in tasks], not_reported),
-            train_loss=np.ma.masked_array([t.train_loss for t in tasks], untrained),
-            num_samples=self.learner.num_samples(devices),
-            bytes_down=np.array([sum(m[2] for m in t.messages if m[0] == "down")
-                                 for t in tasks], dtype=np.int64),
-            bytes_up=np.array([sum(m[2] for m in t.messages if m[0] == "up")
-                               for t in tasks], dtype=np.int64),
-            t_dispatch_s=np.array([t.t_dispatch_s for t in tasks]),
-            t_done_s=np.array([t.t_done_s for t in tasks]),
-            staleness=np.array([t.staleness for t in tasks], dtype=np.int64),
-            model_version=np.array([t.version for t in tasks], dtype=np.int64))
-        return tasks
+        wiring.recorder.write(client_rows(r, Outcomes(
+            np.array([t.device for t in tasks], dtype=np.int64), [t.status for t in tasks],
+            np.array([t.loss for t in tasks]), ~(untrained | (not learner.needs_losses)),
+            np.array([t.train_loss for t in tasks]), ~untrained,
+            np.array([t.log.bytes("down") for t in tasks], dtype=np.int64),
+            np.array([t.log.bytes("up") for t in tasks], dtype=np.int64),
+            np.array([t.t_dispatch_s for t in tasks]), np.array([t.t_done_s for t in tasks]),
+            np.array([t.staleness for t in tasks], dtype=np.int64),
+            np.array([t.version for t in tasks], dtype=np.int64)), learner))
+    return tasks
 
 
-def async_server(
-    env: simpy.Environment,
-    cfg: ServerConfig,
-    fleet: Fleet,
-    net: LinkSharing,
-    learner: AsyncLearnerLike,
-    recorder: Recorder,
-    streams: Streams,
-    health: Health,
-    after_round: RoundHook,
-) -> Generator[simpy.Event, Any, None]:
+def _plans(wiring: Wiring, learner: AsyncLearnerLike) -> list[TaskPlan]:
+    """(N,) each device's task: the model down, its loss (if the rule filters) and local
+    training, the update (and loss report) up."""
+    fleet = wiring.fleet
+    samples = learner.num_samples(np.arange(fleet.availability.num_devices)).astype(np.float64)
+    eval_share = EVAL_COST_FRACTION if learner.needs_losses else 0.0
+    train_s = fleet.train_s_per_sample * samples * fleet.local_epochs
+    compute_s = train_s + fleet.train_s_per_sample * samples * eval_share  # (N,)
+    up_bytes = learner.model_bytes + (learner.loss_report_bytes if learner.needs_losses else 0)
+    return [TaskPlan(learner.model_bytes, "model", float(c), up_bytes, "update")
+            for c in compute_s.tolist()]
+
+
+def async_server(wiring: Wiring, cfg: ServerConfig, learner: AsyncLearnerLike,
+                 after_round: RoundHook) -> Generator[simpy.Event, Any, None]:
     """Run ``cfg.num_rounds`` server updates, then wait for the tasks still in flight."""
-    server = _AsyncServer(env, cfg, fleet, net, learner, recorder, streams, health,
-                          after_round)
-    server.schedule_refill()
+    server = _AsyncServer(wiring, cfg, learner, after_round)
+    server.slots.schedule_refill()
     yield server.finished

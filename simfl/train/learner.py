@@ -12,8 +12,6 @@ out, so ``simfl/sim`` never touches torch. What devices compute is
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -24,7 +22,7 @@ from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
 from simfl.train.evaluate import CohortEval
 from simfl.train.local import LocalWork
-from simfl.train.threshold import BiasColumns, panel_selection
+from simfl.train.threshold import BiasColumns, PanelFilter
 from simfl.train.updates import UpdateStore
 
 LOSS_REPORT_BYTES = 4  # one float32
@@ -36,16 +34,15 @@ class NonFiniteModelError(RunFailed):
 
 class Learner:
     # What a run wires in; every other attribute is state that rounds change and goes into
-    # checkpoints (see state_dict).
-    WIRING = frozenset({"work", "aggregator", "bias_every"})
+    # checkpoints (simfl.checkpoint.JournaledLearner.state_dict).
+    WIRING = frozenset({"work", "aggregator"})
 
     def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
         self.work, self.params, self.aggregator = work, params, aggregator
         self.version = 0  # model version: aggregations so far (sync: the round)
         self.updates = UpdateStore()
         self.aggregator_state = aggregator.init(work.data.train.num_samples)  # AFL, DRFA: λ
-        self.panel: EstimatorPanel | None = None  # set by use_estimators (Δ-FL only)
-        self.bias_every = 0
+        self.filter: PanelFilter | None = None  # set by use_estimators (Δ-FL only)
 
     @property
     def data(self) -> FederatedData:
@@ -68,12 +65,12 @@ class Learner:
     @property
     def loss_report_bytes(self) -> int:
         """Bytes of a device's loss report in the clear (0: it goes through a protocol)."""
-        clear = self.panel is None or self.panel.driver.losses_in_clear
+        clear = self.filter is None or self.filter.panel.driver.losses_in_clear
         return LOSS_REPORT_BYTES if clear else 0
 
     @property
     def wants_checkins(self) -> bool:
-        return self.panel is not None and self.panel.wants_checkins
+        return self.filter is not None and self.filter.panel.wants_checkins
 
     def selection_weights(self) -> np.ndarray | None:
         """(N,) relative chances of the training devices to be selected; None: uniform."""
@@ -89,13 +86,12 @@ class Learner:
         return self.work.lr(round_idx)
 
     def use_estimators(self, panel: EstimatorPanel, bias_every: int) -> None:
-        """Let ``panel`` set the Δ-FL threshold; every ``bias_every`` rounds its bias rows
-        also hold the population quantile the estimates aim at."""
-        self.panel, self.bias_every = panel, bias_every
+        """Let ``panel`` set the Δ-FL threshold (bias rows: see PanelFilter)."""
+        self.filter = PanelFilter(panel, bias_every)
 
     def observe_online(self, t_s: float, client_idx: np.ndarray) -> None:
-        if self.panel is not None:
-            self.panel.observe_online(t_s, client_idx)
+        if self.filter is not None:
+            self.filter.panel.observe_online(t_s, client_idx)
 
     def report_losses(self, client_idx: np.ndarray) -> np.ndarray:
         """F_k(w_t): each client's loss under the current global model, on its training data."""
@@ -106,15 +102,12 @@ class Learner:
         """Which cohort clients train, from their reported losses F_k(w_t), and the round's
         bias.parquet rows (None without an estimator panel) for the server to write."""
         weights = self.num_samples(client_idx).astype(np.float64)
-        if self.panel is None:
+        if self.filter is None:
             return self.aggregator.select(losses, weights), None
         train = self.data.train
-        population = None
-        if self.bias_every and round_idx % self.bias_every == 0:
-            population = (self.work.evaluate(self.params, train).losses,
-                          train.num_samples.astype(np.float64))
         cohort = Cohort(losses, weights / train.num_samples.mean(), client_idx, t_s)
-        return panel_selection(self.panel, cohort, round_idx, population)
+        return self.filter.select(cohort, round_idx, lambda: (
+            self.work.evaluate(self.params, train).losses, train.num_samples.astype(np.float64)))
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         """Sync round ``round_idx`` (= the model version): local training of the given
@@ -131,35 +124,27 @@ class Learner:
         ``train``); ``losses`` are their reports F_k(w_t) (NaN when the rule needs none).
         The round's other updates are dropped and the model version becomes the next round."""
         r = self.version
-        if len(client_idx) > 0:
-            deltas = self.updates.take(np.full(len(client_idx), r), client_idx)
-            self._combine(deltas, client_idx, losses, None,
-                          f"round {r}: the global model has NaN/Inf parameters after "
-                          f"aggregating {len(client_idx)} updates ({self.aggregator.name})")
+        self._step(client_idx, np.full(len(client_idx), r), losses, None,
+                   f"round {r}: the global model has NaN/Inf parameters after aggregating "
+                   f"{len(client_idx)} updates ({self.aggregator.name})")
         self.updates.discard_version(r)
-        self.version = r + 1
 
-    def _combine(self, deltas: torch.Tensor, client_idx: np.ndarray, losses: np.ndarray,
-                 scales: np.ndarray | None, nonfinite: str) -> None:
-        inputs = RoundInputs(
-            deltas=deltas, weights=self.num_samples(client_idx).astype(np.float64),
-            client_idx=np.asarray(client_idx), lr=self.lr(self.version),
-            loss_of=self.work.losses, rng=self.work.streams.numpy("aggregate", self.version),
-            losses=np.asarray(losses, dtype=np.float64), scales=scales)
-        combined = self.aggregator.combine(self.params, inputs, self.aggregator_state)
-        self.params, self.aggregator_state = combined.params, combined.state
-        if not bool(torch.isfinite(self.params).all()):
-            raise NonFiniteModelError(nonfinite)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The state that rounds change: global parameters, aggregator and estimator state,
-        and any attribute added later (everything but ``WIRING``), for checkpoints."""
-        return {name: value for name, value in vars(self).items() if name not in self.WIRING}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (from :meth:`state_dict` of a learner of the same run)."""
-        for name, value in state.items():
-            setattr(self, name, value)
+    def _step(self, client_idx: np.ndarray, versions: np.ndarray, losses: np.ndarray,
+              scales: np.ndarray | None, nonfinite: str) -> None:
+        """Combine the stored updates of (``versions``, ``client_idx``) through the rule
+        (none: no change); the model version + 1. NonFiniteModelError(``nonfinite``)."""
+        if len(client_idx) > 0:
+            inputs = RoundInputs(
+                deltas=self.updates.take(versions, client_idx),
+                weights=self.num_samples(client_idx).astype(np.float64),
+                client_idx=np.asarray(client_idx), lr=self.lr(self.version),
+                loss_of=self.work.losses, rng=self.work.streams.numpy("aggregate", self.version),
+                losses=np.asarray(losses, dtype=np.float64), scales=scales)
+            combined = self.aggregator.combine(self.params, inputs, self.aggregator_state)
+            self.params, self.aggregator_state = combined.params, combined.state
+            if not bool(torch.isfinite(self.params).all()):
+                raise NonFiniteModelError(nonfinite)
+        self.version += 1
 
     def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
         """Loss and error of the global model on every training and every test device."""
@@ -197,13 +182,11 @@ class AsyncLearner(Learner):
         (``RoundInputs.scales``) and ``losses`` F_k(w_{v_k}), in the given order; then the
         model version + 1, the old one kept for the tasks still training from it (until
         :meth:`forget`). With FedAvg's combine and c_k = 1: its weighted mean, bit for bit."""
-        old = self.params
-        if len(client_idx) > 0:
-            self._combine(self.updates.take(versions, client_idx), client_idx, losses, scales,
-                          f"server update {self.version}: the global model has NaN/Inf "
-                          f"parameters after aggregating {len(client_idx)} buffered updates")
-        self.kept[self.version] = old
-        self.version += 1
+        old, v = self.params, self.version
+        self._step(client_idx, versions, losses, scales,
+                   f"server update {v}: the global model has NaN/Inf parameters after "
+                   f"aggregating {len(client_idx)} buffered updates")
+        self.kept[v] = old
 
     def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
         """Forget trained updates that will not be aggregated."""

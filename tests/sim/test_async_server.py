@@ -32,7 +32,8 @@ from simfl.scenario import (
 from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
 from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, LearnerLike, sync_server
+from simfl.sim.server import LearnerLike, sync_server
+from simfl.sim.tasks import Fleet, Wiring
 from simfl.train import build_model, initial_params
 from simfl.train.learner import AsyncLearner
 from simfl.train.local import LocalWork
@@ -69,8 +70,9 @@ def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
     env = simpy.Environment()
     recorder = Recorder(tmp_path)
     fleet = Fleet(availability, train_s_per_sample, np.zeros(availability.num_devices), 1)
-    env.process(async_server(env, cfg, fleet, LinkSharing(env, net_paths), learner, recorder,
-                             Streams(0), Health(0, 1.0), lambda r, t: None))
+    wiring = Wiring(env, fleet, LinkSharing(env, net_paths), recorder, Streams(0),
+                    Health(0, 1.0))
+    env.process(async_server(wiring, cfg, learner, lambda r, t: None))
     env.run()
     recorder.close()
     return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}
@@ -188,9 +190,9 @@ def run_server(server: object, cfg: ServerConfig, learner: AsyncLearner,
     env = simpy.Environment()
     recorder = Recorder(tmp_path)
     fleet = Fleet(always_online(np.zeros(n, np.int64), 1), np.zeros(n), np.zeros(n), 1)
-    env.process(server(env, cfg, fleet,  # type: ignore[operator]
-                       LinkSharing(env, paths([1e5] * n, [1e5] * n)), learner, recorder,
-                       Streams(5), Health(0, 1.0), lambda r, t: None))
+    wiring = Wiring(env, fleet, LinkSharing(env, paths([1e5] * n, [1e5] * n)), recorder,
+                    Streams(5), Health(0, 1.0))
+    env.process(server(wiring, cfg, learner, lambda r, t: None))  # type: ignore[operator]
     env.run()
     recorder.close()
     return pl.read_parquet(tmp_path / "clients.parquet")

@@ -19,7 +19,8 @@ from simfl.rng import Streams
 from simfl.scenario import ServerConfig
 from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, sync_server
+from simfl.sim.server import sync_server
+from simfl.sim.tasks import Fleet, Wiring
 
 LOSS_REPORT_BYTES = 4
 
@@ -86,8 +87,9 @@ def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
     recorder = Recorder(tmp_path)
     n = availability.num_devices
     fleet = Fleet(availability, train_s_per_sample, np.full(n, failure_rate_per_h), 1)
-    env.process(sync_server(env, cfg, fleet, LinkSharing(env, net_paths), learner, recorder,
-                            Streams(seed), Health(0, 1.0), lambda r, t: None))
+    wiring = Wiring(env, fleet, LinkSharing(env, net_paths), recorder, Streams(seed),
+                    Health(0, 1.0))
+    env.process(sync_server(wiring, cfg, learner, lambda r, t: None))
     env.run()
     recorder.close()
     return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}

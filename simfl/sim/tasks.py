@@ -1,0 +1,171 @@
+"""What both servers share: the devices as a server sees them, device tasks and the
+messages they log, when a device leaves, waiting for devices, and the clients rows.
+
+A device task is one SimPy process: download, compute, upload (each skipped when
+empty), every transfer over the shared links (simfl.sim.network) and logged as a
+message. Whether it finished in time, and what that means for the round or the
+buffer, is the server's to decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from simfl.population import Availability
+from simfl.population.network import Direction
+from simfl.records import ClientRows, CommRows, Recorder
+from simfl.rng import Streams
+from simfl.scenario import ServerConfig
+from simfl.sim.health import Health, RunStalled
+from simfl.sim.network import LinkSharing
+
+EVAL_COST_FRACTION = 1 / 3  # a forward pass costs about a third of a training step
+
+RoundHook = Callable[[int, float], None]  # (rounds completed, simulated time) after each round
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The devices as the server sees them: when they are online, how fast they compute."""
+
+    availability: Availability
+    train_s_per_sample: np.ndarray  # (N,) seconds per training sample on the device
+    failure_rate_per_h: np.ndarray  # (N,) failure hazard per hour of participation
+    local_epochs: int
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What a server process runs in: the clock, the devices, the links, the tables, the
+    random streams and the judge of the run's health."""
+
+    env: simpy.Environment
+    fleet: Fleet
+    net: LinkSharing
+    recorder: Recorder
+    streams: Streams
+    health: Health
+
+
+@dataclass(frozen=True)
+class Message:
+    device: int
+    direction: Direction
+    kind: str  # model / update / loss / quantile_protocol / secagg
+    num_bytes: int
+    t_start_s: float
+    t_end_s: float
+
+
+class MessageLog:
+    """Messages in the order their transfers ended (a sync round's, or one async task's)."""
+
+    def __init__(self, env: simpy.Environment, net: LinkSharing) -> None:
+        self.env, self.net = env, net
+        self.messages: list[Message] = []
+
+    def send(self, device: int, direction: Direction, num_bytes: int,
+             kind: str) -> Generator[simpy.Event, Any, None]:
+        start = self.env.now
+        yield self.net.transfer(device, num_bytes, direction)
+        self.messages.append(Message(device, direction, kind, num_bytes, start, self.env.now))
+
+    def bytes(self, direction: Direction) -> int:
+        return sum(m.num_bytes for m in self.messages if m.direction == direction)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What a device task does: download, compute, upload (0 bytes or seconds: skipped)."""
+
+    down_bytes: int
+    down_kind: str
+    compute_s: float
+    up_bytes: int
+    up_kind: str
+
+
+def device_task(log: MessageLog, device: int,
+                plan: TaskPlan) -> Generator[simpy.Event, Any, None]:
+    """One device's task, ending when its last step does (whether the device was still
+    there then is the server's question)."""
+    if plan.down_bytes:
+        yield from log.send(device, "down", plan.down_bytes, plan.down_kind)
+    if plan.compute_s > 0:
+        yield log.env.timeout(plan.compute_s)
+    if plan.up_bytes:
+        yield from log.send(device, "up", plan.up_bytes, plan.up_kind)
+
+
+def comm_rows(round_idx: int, messages: list[Message]) -> CommRows:
+    return CommRows(
+        round=round_idx, client_idx=np.array([m.device for m in messages], dtype=np.int64),
+        direction=[m.direction for m in messages], kind=[m.kind for m in messages],
+        bytes=np.array([m.num_bytes for m in messages], dtype=np.int64),
+        t_start_s=np.array([m.t_start_s for m in messages]),
+        t_end_s=np.array([m.t_end_s for m in messages]))
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What became of K device tasks, (K,) each: the columns of their clients rows that
+    the server knows (the learner adds the clients' ids and sizes)."""
+
+    devices: np.ndarray  # (K,) device (= training client) indices
+    status: list[str] | np.ndarray  # aggregated / filtered / dropped / late / nonfinite / stale
+    loss: np.ndarray  # (K,) reported F_k(w_v), meaningful where ``reported``
+    reported: np.ndarray  # (K,) bool
+    train_loss: np.ndarray  # (K,) NaN: a NaN/Inf update; meaningful where ``trained``
+    trained: np.ndarray  # (K,) bool
+    bytes_down: np.ndarray  # (K,)
+    bytes_up: np.ndarray  # (K,)
+    t_dispatch_s: float | np.ndarray
+    t_done_s: np.ndarray
+    staleness: int | np.ndarray
+    model_version: int | np.ndarray
+
+
+class ClientFacts(Protocol):
+    """What the servers ask the numerics about clients (a part of their LearnerLike)."""
+
+    def client_ids(self, client_idx: np.ndarray) -> np.ndarray: ...
+    def num_samples(self, client_idx: np.ndarray) -> np.ndarray: ...
+
+
+def client_rows(round_idx: int, outcomes: Outcomes, learner: ClientFacts) -> ClientRows:
+    return ClientRows(
+        round=round_idx, client_id=learner.client_ids(outcomes.devices),
+        client_idx=outcomes.devices, status=outcomes.status,
+        loss_reported=np.ma.masked_array(outcomes.loss, ~outcomes.reported),
+        train_loss=np.ma.masked_array(outcomes.train_loss, ~outcomes.trained),
+        num_samples=learner.num_samples(outcomes.devices),
+        bytes_down=outcomes.bytes_down, bytes_up=outcomes.bytes_up,
+        t_dispatch_s=outcomes.t_dispatch_s, t_done_s=outcomes.t_done_s,
+        staleness=outcomes.staleness, model_version=outcomes.model_version)
+
+
+def leave_times(fleet: Fleet, devices: np.ndarray, now: float,
+                rng: np.random.Generator) -> np.ndarray:
+    """(K,) when each device, starting a task at ``now``, goes offline or fails (hazard
+    ``failure_rate_per_h`` per hour of participation, one exponential draw each)."""
+    failure_rate_per_s = fleet.failure_rate_per_h[devices] / 3600.0
+    with np.errstate(divide="ignore"):
+        fail_after_s = rng.exponential(1.0, len(devices)) / failure_rate_per_s
+    return np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
+
+
+def check_wait(now: float, since: float, cfg: ServerConfig, fleet: Fleet, what: str) -> None:
+    """RunStalled if the server has waited for devices since ``since`` for longer than
+    ``server.max_wait_s``, or no device will ever come online again."""
+    if now >= fleet.availability.t_off_s.max(initial=0.0):
+        raise RunStalled(f"{what}: no device comes online after t = {now:.0f} s (the "
+                         f"availability ends: population.availability.horizon_s or the "
+                         f"trace's last interval)")
+    if now - since >= cfg.max_wait_s:
+        raise RunStalled(f"{what}: waited {(now - since) / 3600:.1f} h of simulated time "
+                         f"for idle online devices (server.max_wait_s = {cfg.max_wait_s:.0f})")
