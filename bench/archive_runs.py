@@ -6,12 +6,15 @@ A paper run takes 15-60 min on the 2-core CPU, the runs of one table take longer
 than a work session, and ``results/`` does not outlive the machine it was written
 on. So for every complete run of the sweep this writes
 ``<to>/<sweep name>/<run id>/`` with the run's ``manifest.json`` (scenario, seed,
-versions, wall time, summary) and ``eval.parquet`` cut to the final evaluation
-round (one row per device and split: a few tens of KB). That directory has the
-layout of a run directory, so ``bench/paper_table.py --results docs/runs`` reads it
-as it reads ``results/``; a run already archived is written again only if its
-manifest differs (a re-run must reproduce it: the script says when it does not).
-Nothing else is copied; nothing outside ``<to>/<sweep name>/`` is written.
+versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round
+(one row per device and split) and, whole, the small per-round tables
+``rounds.parquet`` and ``bias.parquet``: tens of KB per run. That directory has the
+layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
+after ``results``), ``python -m simfl sweep --archived docs/runs`` (skips what is
+archived) and ``python -m simfl collect --results docs/runs`` read it as a run. A run
+archived before is replaced; the script says when the re-run's summary differs (a
+re-run at the same seed and thread count should reproduce it). Nothing outside
+``<to>/<sweep name>/<run id>/`` is written.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import polars as pl
 from simfl.sweep import is_complete, load_sweep
 
 SUMMARY_KEYS = ("mean", "p90")
+WHOLE = ("rounds", "bias")  # small per-round tables, kept whole
 
 
 def archive(sweep_path: str, to: Path) -> None:
@@ -36,7 +40,7 @@ def archive(sweep_path: str, to: Path) -> None:
         manifest = json.loads((run.run_dir / "manifest.json").read_text())
         dest = to / sweep.name / run.run_id
         old = dest / "manifest.json"
-        if old.exists():
+        if old.exists():  # a re-run of an archived run
             before = json.loads(old.read_text())["summary"]["test"]
             now = manifest["summary"]["test"]
             if any(before[k] != now[k] for k in SUMMARY_KEYS):
@@ -47,6 +51,9 @@ def archive(sweep_path: str, to: Path) -> None:
         evals = pl.read_parquet(run.run_dir / "eval.parquet")
         evals.filter(pl.col("round") == evals["round"].max()).write_parquet(
             dest / "eval.parquet", compression="zstd")
+        for table in WHOLE:
+            pl.read_parquet(run.run_dir / f"{table}.parquet").write_parquet(
+                dest / f"{table}.parquet", compression="zstd")
         old.write_text(json.dumps(manifest, indent=2) + "\n")
         kept += 1
     print(f"{sweep.name}: {kept} complete runs of {len(sweep.runs)} archived in {to / sweep.name}")

@@ -76,6 +76,10 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
             "collect": "Gather a sweep's finished runs into one table per kind, with figures."}
     parser = argparse.ArgumentParser(prog=f"python -m simfl {command}", description=what[command])
     parser.add_argument("sweep", type=Path, help="sweep TOML file")
+    if command == "collect":
+        parser.add_argument("--results", metavar="DIR", type=Path, default=Path("results"),
+                            help="where the sweep's run directories are (default: results; "
+                                 "docs/runs for the copies kept by bench/archive_runs.py)")
     if command == "sweep":
         parser.add_argument("--backend", choices=("auto", "ray", "sequential"), default="auto",
                             help="auto: Ray when installed, else one run after another")
@@ -322,7 +326,7 @@ def check_output_file(path: Path, overwrite: bool) -> None:
 def _sweep(command: str, args: argparse.Namespace) -> int:
     from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
 
-    sweep = load_sweep(args.sweep)
+    sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
     if command == "sweep" and args.status:
         for r in run_statuses(sweep).iter_rows(named=True):
             wall = "" if r["wall_s"] is None else f"  {r['wall_s'] / 60:6.1f} min"
