@@ -31,8 +31,8 @@ SUMMARY_KEYS = ("mean", "p90")
 WHOLE = ("rounds", "bias")  # small per-round tables, kept whole
 
 
-def archive(sweep_path: str, to: Path) -> None:
-    sweep = load_sweep(sweep_path)
+def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
+    sweep = load_sweep(sweep_path, results)
     kept = 0
     for run in sweep.runs:
         if not is_complete(run.run_dir):
@@ -63,9 +63,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", nargs="+")
     parser.add_argument("--to", type=Path, default=Path("docs/runs"))
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="where the run directories are")
     args = parser.parse_args()
     for path in args.sweep:
-        archive(path, args.to)
+        archive(path, args.to, args.results)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ estimators end to end (bias.parquet, protocol messages in comm.parquet)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from simfl.errors import InputError
 from simfl.plots.study import plot_sweep
 from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
 from simfl.train.learner import Learner
+
+ROOT = Path(__file__).parents[1]
 
 SCENARIO = """
 [data]
@@ -104,6 +108,18 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     names = {p.name for p in plot_sweep(sweep.out_dir)}
     assert names == {"protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
                      "p90_vs_bytes_by_estimator.png"}
+    # bench/archive_runs.py keeps what collect and the study tables need, in a run's layout
+    path = tmp_path / "study.toml"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(path),
+                    "--to", str(tmp_path / "archive"), "--results", str(tmp_path / "results")],
+                   check=True, capture_output=True)
+    kept = load_sweep(path, tmp_path / "archive")
+    assert all(is_complete(r.run_dir) for r in kept.runs)
+    collect(kept)
+    assert pl.read_parquet(kept.out_dir / "bias.parquet").equals(bias)
+    final = pl.read_parquet(kept.out_dir / "eval.parquet")
+    every = pl.read_parquet(sweep.out_dir / "eval.parquet")
+    assert final.equals(every.filter(pl.col("round") == 4)) and final.height > 0
     # a run written before eval gained client_idx still collects, with nulls there
     old = sweep.runs[0].run_dir / "eval.parquet"
     pl.read_parquet(old).drop("client_idx").write_parquet(old)
