@@ -35,17 +35,8 @@ from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
 from simfl.errors import InputError
 from simfl.metrics import error_summary
-from simfl.population import (
-    Availability,
-    DeviceTable,
-    NetworkPaths,
-    build_availability,
-    build_devices,
-    build_topology,
-    default_data_dir,
-    known_rates,
-    network_paths,
-)
+from simfl.population import known_rates
+from simfl.population.build import Population, build_population
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import (
     PARTS_DIR,
@@ -210,7 +201,7 @@ def _build(scenario: Scenario) -> _Built:
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
                      streams)
     learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))
-    return _Built(streams, device, learner, build_population(scenario, data, streams))
+    return _Built(streams, device, learner, _population(scenario, data, streams))
 
 
 def check_feasible(scenario: Scenario, data: FederatedData) -> None:
@@ -282,29 +273,20 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
     return manifest
 
 
-@dataclass(frozen=True)
-class Population:
-    devices: DeviceTable
-    availability: Availability
-    paths: NetworkPaths
-
-
-def build_population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
-    """One device per training client: regions, compute speed, links, availability."""
+def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
+    """One device per training client (regions by the clients' covariate if configured),
+    computing the scenario's model."""
     cfg = scenario.population
-    covariate = client_covariate(data.train, cfg.covariate)
-    devices = build_devices(cfg, data.train.num_clients, covariate, streams,
-                            default_data_dir(), scenario.model.name)
-    availability = build_availability(cfg.availability, devices, streams)
-    paths = network_paths(devices, build_topology(devices.region_names, cfg.network))
-    return Population(devices, availability, paths)
+    return build_population(cfg, data.train.num_clients,
+                            client_covariate(data.train, cfg.covariate), streams,
+                            scenario.model.name)
 
 
 def write_availability_trace(scenario: Scenario, out: Path) -> int:
     """Write the scenario's availability (e.g. the diurnal model's draws) as a trace file
     that ``population.availability.mode = "trace"`` replays; returns the interval count."""
     streams = Streams(scenario.seed)
-    population = build_population(scenario, load_data(scenario.data, streams), streams)
+    population = _population(scenario, load_data(scenario.data, streams), streams)
     population.availability.write_trace(out)
     return int(population.availability.t_on_s.size)
 

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
 import simpy
 
-from simfl.population.availability import Availability, build_availability
-from simfl.population.devices import DeviceTable, build_devices, default_data_dir
-from simfl.population.network import NetworkPaths, build_topology, network_paths
+from simfl.population.availability import Availability
+from simfl.population.build import Population, build_population
 from simfl.rng import Streams
 from simfl.scenario import PopulationConfig
 from simfl.sim.network import LinkSharing
@@ -34,25 +33,13 @@ from simfl.sim.network import LinkSharing
 BYTES_PER_NUMBER = 8  # the ADMM exchanges float64 vectors
 
 
-@dataclass(frozen=True)
-class Fleet:
-    """The devices of the DRFL clients (device s holds client s)."""
-
-    devices: DeviceTable
-    availability: Availability
-    paths: NetworkPaths
-
-
 def build_fleet(cfg: PopulationConfig, num_clients: int, dim: int, solver_passes: float,
-                streams: Streams) -> Fleet:
-    """Devices, availability and network for ``num_clients`` clients of a ``dim``-parameter
-    linear model, from simfl.population's public builders."""
+                streams: Streams) -> Population:
+    """The devices of the DRFL clients (device s holds client s), their availability and
+    network, for a ``dim``-parameter linear model: run.py's population builder."""
     flops = 6.0 * dim * solver_passes  # per sample and subproblem
     cfg = replace(cfg, compute=replace(cfg.compute, train_flops_per_sample=flops))
-    devices = build_devices(cfg, num_clients, None, streams, default_data_dir(), "linear")
-    availability = build_availability(cfg.availability, devices, streams)
-    paths = network_paths(devices, build_topology(devices.region_names, cfg.network))
-    return Fleet(devices, availability, paths)
+    return build_population(cfg, num_clients, None, streams, "linear")
 
 
 def message_bytes(dim: int) -> int:
@@ -75,7 +62,7 @@ def _next_online_s(availability: Availability, device: int, t_s: float) -> float
     return float(later[0])
 
 
-def _client(env: simpy.Environment, net: LinkSharing, fleet: Fleet, device: int,
+def _client(env: simpy.Environment, net: LinkSharing, fleet: Population, device: int,
             num_bytes: int, work_s: float, log: dict[str, float]) -> Generator:
     """One client's part of an iteration, retried until it completes while online."""
     while True:
@@ -94,7 +81,7 @@ def _client(env: simpy.Environment, net: LinkSharing, fleet: Fleet, device: int,
         log["num_retries"] += 1
 
 
-def simulate_iterations(fleet: Fleet, num_iters: int, num_bytes: int,
+def simulate_iterations(fleet: Population, num_iters: int, num_bytes: int,
                         batch_sizes: np.ndarray) -> pl.DataFrame:
     """One row per iteration: iteration, t_start_s, t_end_s, bytes_down, bytes_up,
     num_retries, wait_s (longest wait for an offline device)."""

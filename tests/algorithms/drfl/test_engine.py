@@ -7,13 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simfl.algorithms.drfl.engine import (
-    Fleet,
-    build_fleet,
-    message_bytes,
-    simulate_iterations,
-)
+from simfl.algorithms.drfl.engine import build_fleet, message_bytes, simulate_iterations
 from simfl.population.availability import from_intervals
+from simfl.population.build import Population
 from simfl.rng import Streams
 from simfl.scenario import PopulationConfig
 
@@ -22,11 +18,11 @@ BATCH = np.array([100.0, 200.0, 50.0])
 
 
 @pytest.fixture
-def fleet() -> Fleet:
+def fleet() -> Population:
     return build_fleet(PopulationConfig(), 3, 4, 20.0, Streams(0))
 
 
-def _task_s(fleet: Fleet, device: int) -> float:
+def _task_s(fleet: Population, device: int) -> float:
     """Download, solve, upload of one device alone on its access links."""
     paths, devices = fleet.paths, fleet.devices
     return (paths.path_latency_s(device, "down") + NUM_BYTES / devices.down_bytes_per_s[device]
@@ -34,7 +30,7 @@ def _task_s(fleet: Fleet, device: int) -> float:
             + paths.path_latency_s(device, "up") + NUM_BYTES / devices.up_bytes_per_s[device])
 
 
-def test_always_online_iterations_last_as_long_as_the_slowest_device(fleet: Fleet) -> None:
+def test_always_online_iterations_last_as_long_as_the_slowest_device(fleet: Population) -> None:
     rows = simulate_iterations(fleet, 4, NUM_BYTES, BATCH)
     slowest = max(_task_s(fleet, s) for s in range(3))
     np.testing.assert_allclose(rows["t_end_s"] - rows["t_start_s"], slowest, rtol=1e-9)
@@ -44,7 +40,7 @@ def test_always_online_iterations_last_as_long_as_the_slowest_device(fleet: Flee
     assert rows["num_retries"].sum() == 0
 
 
-def _with_intervals(fleet: Fleet, on: list[tuple[int, float, float]]) -> Fleet:
+def _with_intervals(fleet: Population, on: list[tuple[int, float, float]]) -> Population:
     device, t_on, t_off = (np.array(v) for v in zip(*on, strict=True))
     availability = from_intervals(device.astype(np.int64), t_on.astype(float),
                                   t_off.astype(float), fleet.devices.region_idx,
@@ -52,7 +48,7 @@ def _with_intervals(fleet: Fleet, on: list[tuple[int, float, float]]) -> Fleet:
     return replace(fleet, availability=availability)
 
 
-def test_offline_device_is_waited_for(fleet: Fleet) -> None:
+def test_offline_device_is_waited_for(fleet: Population) -> None:
     late = _with_intervals(fleet, [(0, 500.0, np.inf), (1, 0.0, np.inf), (2, 0.0, np.inf)])
     rows = simulate_iterations(late, 1, NUM_BYTES, BATCH)
     assert rows["t_end_s"][0] == pytest.approx(
@@ -60,7 +56,7 @@ def test_offline_device_is_waited_for(fleet: Fleet) -> None:
     assert rows["wait_s"][0] == pytest.approx(500.0)
 
 
-def test_device_leaving_mid_task_starts_again(fleet: Fleet) -> None:
+def test_device_leaving_mid_task_starts_again(fleet: Population) -> None:
     short = _task_s(fleet, 1) / 2  # device 1 leaves halfway, returns at t = 100
     flaky = _with_intervals(fleet, [(0, 0.0, np.inf), (1, 0.0, short), (1, 100.0, np.inf),
                                     (2, 0.0, np.inf)])
