@@ -237,21 +237,29 @@ def test_the_rng_check_catches_global_draws(tmp_path: Path) -> None:
 # ---- kill and resume ----------------------------------------------------------------------
 
 
-def test_sigkill_at_random_rounds_then_resume_gives_the_uninterrupted_files(
-        scenario: Path, baseline: Path, tmp_path: Path) -> None:
-    rng = np.random.default_rng()  # a different kill round every time; it is in the message
-    first = int(rng.integers(1, NUM_ROUNDS))
+def assert_checkpointed_before(run_dir: Path, kill_round: int, baseline: Path) -> None:
+    """Killed as round ``kill_round`` was to train: the last checkpoint is the one after
+    round kill_round - kill_round % 2 (one every two rounds; none before round 2), and the
+    rows on disk are a prefix of the full run's, of the rounds before it."""
+    last = kill_round - kill_round % 2
+    state = run_dir / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE
+    assert checkpoint_state(run_dir)["rounds_done"] == last if last else not state.exists()
+    assert_committed_prefix(run_dir, baseline)
+    assert (read_table(run_dir, "rounds")["round"] < last).all()
+
+
+# (kill, kill of the resumed run): before any checkpoint, then between two; at the round
+# right after a checkpoint, then in the last round
+@pytest.mark.parametrize("first, second", [(1, 5), (4, 8)])
+def test_sigkill_at_a_round_then_resume_gives_the_uninterrupted_files(
+        scenario: Path, baseline: Path, tmp_path: Path, first: int, second: int) -> None:
     out = tmp_path / "run"
     run_killed(["train", str(first), str(scenario), "--out", str(out), "--quiet"])
-    assert manifest(out)["status"] == "running", first  # SIGKILL leaves no time to say more
-    assert_committed_prefix(out, baseline)
-    rounds = read_table(out, "rounds")["round"]
-    assert rounds.len() == 0 or rounds.max() < first - first % 2, first
-    if first + 1 < NUM_ROUNDS:  # kill the resumed run too, later
-        second = int(rng.integers(first + 1, NUM_ROUNDS))
-        run_killed(["train", str(second), "resume", str(out), "--quiet"])
-        assert_committed_prefix(out, baseline)
-    assert resume(out) == 0, first
+    assert manifest(out)["status"] == "running"  # SIGKILL leaves no time to say more
+    assert_checkpointed_before(out, first, baseline)
+    run_killed(["train", str(second), "resume", str(out), "--quiet"])
+    assert_checkpointed_before(out, second, baseline)
+    assert resume(out) == 0
     assert manifest(out)["status"] == "complete"
     assert_same_files(out, baseline)
 

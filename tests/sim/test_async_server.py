@@ -160,12 +160,16 @@ def test_devices_that_go_offline_mid_task_never_contribute(tmp_path: Path) -> No
 
 
 def test_staleness_weights() -> None:
-    tau = np.array([0, 1, 3, 4, 6])
+    # by hand: polynomial (1 + τ)^-a with a = 1/2 at τ = 0, 3, 8, 15 is 1, 1/2, 1/3, 1/4;
+    # hinge with a = 2, b = 3 is 1 up to τ = 3, then 1 / (2 (τ − 3) + 1): 1/3 at 4, 1/7 at 6
     cfg = ServerConfig(mode="async", staleness="polynomial", staleness_a=0.5)
-    np.testing.assert_allclose(staleness_weight(cfg, tau), (1 + tau) ** -0.5)
+    np.testing.assert_allclose(staleness_weight(cfg, np.array([0, 3, 8, 15])),
+                               [1, 1 / 2, 1 / 3, 1 / 4], rtol=1e-15)
     hinge = ServerConfig(mode="async", staleness="hinge", staleness_a=2.0, staleness_b=3.0)
-    np.testing.assert_allclose(staleness_weight(hinge, tau), [1, 1, 1, 1 / 3, 1 / 7])
-    np.testing.assert_array_equal(staleness_weight(ServerConfig(mode="async"), tau), 1.0)
+    np.testing.assert_allclose(staleness_weight(hinge, np.array([0, 1, 3, 4, 6])),
+                               [1, 1, 1, 1 / 3, 1 / 7], rtol=1e-15)
+    np.testing.assert_array_equal(staleness_weight(ServerConfig(mode="async"),
+                                                   np.array([0, 5])), [1.0, 1.0])
 
 
 # ---- async reproduces sync FedAvg -----------------------------------------------------------
@@ -346,7 +350,8 @@ horizon_s = 86400.0
 
 
 def test_async_runs_are_deterministic_and_resume_to_the_same_files(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.test_resume import assert_same_files, resume, run, run_killed
 
     scenario = tmp_path / "async.toml"
@@ -375,17 +380,31 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(
     run_killed(["commit", "2", str(scenario), "--out", str(killed), "--quiet"])
     assert resume(killed) == 0
     assert_same_files(killed, baseline)
+    import simfl.plots.runs
     from simfl.cli import main
+    from simfl.metrics import error_summary
     from simfl.plots.runs import reach_level
 
+    figures, save = [], simfl.plots.runs.save_figure
+    monkeypatch.setattr(simfl.plots.runs, "save_figure",
+                        lambda fig, out: figures.append((out.name, fig)) or save(fig, out))
     capsys.readouterr()
     png = tmp_path / "cmp.png"
     assert main(["plot", str(baseline), str(again), "--compare-time", str(png),
                  "--level", "1.0"]) == 0
     out = capsys.readouterr().out
     assert str(baseline / "plots" / "staleness.png") in out.splitlines()
-    assert png.stat().st_size > 0
+    # the comparison draws each run's test p90 at each evaluation after the start (in hours)
     first = pl.read_parquet(baseline / "eval.parquet").filter(pl.col("split") == "test")
+    later = first.filter(pl.col("t_s") > 0).sort("round").partition_by("round")
+    lines = dict(figures)["cmp.png"].axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["deltafl θ=0.5, async (baseline)",
+                                                    "deltafl θ=0.5, async (again)"]
+    for line in lines:
+        np.testing.assert_allclose(line.get_xdata(), [ev["t_s"][0] / 3600 for ev in later])
+        np.testing.assert_allclose(line.get_ydata(),
+                                   [error_summary(ev["error"].to_numpy())["p90"] for ev in later])
+    assert png.stat().st_size > 0
     hit = reach_level(baseline, 1.0)  # every error is <= 1: the first test evaluation
     assert hit is not None and hit["round"] == first["round"].min()
     assert f"{baseline}: p90 <= 1.0 at {hit['t_s'] / 3600:.2f} h, round {hit['round']}" in out
