@@ -39,7 +39,7 @@ import pickle
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -292,15 +292,23 @@ def run_locked(run_dir: Path) -> bool:
     return False
 
 
+def checkpoint_rounds(every: int, num_rounds: int) -> range:
+    """The round counts after which a run of ``num_rounds`` checkpoints: every ``every``
+    rounds (0: never), not after the last (the run is then complete)."""
+    return range(every, num_rounds, every) if every else range(0)
+
+
 class Checkpointer:
     """Checkpoints a run at round boundaries, stops it on SIGTERM/SIGINT, and switches a
     resumed run from replay to live at its checkpoint's boundary."""
 
-    def __init__(self, run_dir: Path, every: int, num_rounds: int, learner: JournaledLearner,
+    def __init__(self, run_dir: Path, at_rounds: Container[int], learner: JournaledLearner,
                  recorder: Recorder, wall_s: Callable[[], float],
                  resume: Checkpoint | None = None) -> None:
+        """``at_rounds``: after which rounds to checkpoint (every ``run.checkpoint_every``
+        but the last: :func:`checkpoint_rounds`)."""
         self.dir = run_dir / CHECKPOINT_DIR
-        self.every, self.num_rounds = every, num_rounds
+        self.at_rounds = at_rounds
         self.learner, self.recorder, self.resume = learner, recorder, resume
         self.wall_s = wall_s  # the run's wall-clock seconds so far
         self.num_segments = 0 if resume is None else resume.num_segments
@@ -332,7 +340,7 @@ class Checkpointer:
             signal.setitimer(signal.ITIMER_REAL, 0)  # a boundary in time: no hard stop
             self.write(rounds_done, t_s)
             raise RunInterrupted(self.stop_signal, rounds_done)
-        if self.every and rounds_done % self.every == 0 and rounds_done < self.num_rounds:
+        if rounds_done in self.at_rounds:
             self.write(rounds_done, t_s)
 
     def write(self, rounds_done: int, t_s: float) -> None:

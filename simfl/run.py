@@ -28,6 +28,7 @@ from simfl.checkpoint import (
     Checkpointer,
     JournaledLearner,
     RunInterrupted,
+    checkpoint_rounds,
     load_checkpoint,
     run_lock,
 )
@@ -245,9 +246,9 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
         it resumed from, then this one's (work lost after a kill is not counted twice)."""
         return round(before + time.perf_counter() - started, 3)
 
-    checkpoints = Checkpointer(run_dir, scenario.run.checkpoint_every,
-                               scenario.server.num_rounds, built.learner, recorder, wall_s,
-                               checkpoint)
+    checkpoints = Checkpointer(
+        run_dir, checkpoint_rounds(scenario.run.checkpoint_every, scenario.server.num_rounds),
+        built.learner, recorder, wall_s, checkpoint)
     manifest["status"] = "running"
     _write_manifest(run_dir, manifest)
     health = Health(scenario.run.idle_window, scenario.run.idle_share)

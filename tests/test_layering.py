@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 # The one-way import graph, as data: what each package or module may not import
-# (docs/design.md section 2 states the same table).
+# (docs/design.md section 2 states the same table: a test checks).
 SIMULATOR = ("simpy", "simfl.sim", "simfl.run")
 FORBIDDEN = {
     "sim": ("torch", "simfl.train", "simfl.aggregate", "simfl.quantile", "simfl.run"),
@@ -48,6 +49,23 @@ FORBIDDEN = {
     "__init__.py": ("simfl.",),
     "__main__.py": ("torch", "simpy", "simfl.run"),
 }
+
+
+def stated(forbidden: tuple[str, ...]) -> str:
+    """How docs/design.md's package table states a row of FORBIDDEN."""
+    names = ["anything of simfl" if f == "simfl." else
+             f"`{f.removeprefix('simfl.')}`" if f.startswith("simfl.") else f
+             for f in forbidden]
+    return ", ".join(names) or "—"
+
+
+def test_the_design_document_states_the_same_table() -> None:
+    design = (PACKAGE.parent / "docs" / "design.md").read_text()
+    rows = {("algorithms" if name.startswith("algorithms") else name): forbidden
+            for name, forbidden in re.findall(r"^\| `([\w/.]+?)/?` \| .* \| (.*) \|$",
+                                              design, re.M)}
+    assert rows == {unit: stated(forbidden) for unit, forbidden in FORBIDDEN.items()
+                    if unit not in ("__init__.py", "__main__.py")}
 
 
 def test_every_package_and_module_has_a_row() -> None:

@@ -521,6 +521,12 @@ def test_a_nonfinite_global_model_fails_the_run_and_keeps_the_last_good_checkpoi
 # ---- what a checkpoint holds --------------------------------------------------------------
 
 
+def test_checkpoints_fall_every_so_many_rounds_but_not_after_the_last() -> None:
+    assert list(checkpoint.checkpoint_rounds(2, 9)) == [2, 4, 6, 8]
+    assert list(checkpoint.checkpoint_rounds(3, 9)) == [3, 6]  # after 9 the run is complete
+    assert list(checkpoint.checkpoint_rounds(0, 9)) == []
+
+
 def test_every_server_question_has_a_replay_rule() -> None:
     members = {name for name in dir(LearnerLike) if not name.startswith("_")}
     rules = [checkpoint.ANSWERS, checkpoint.EFFECTS, checkpoint.STATIC]
