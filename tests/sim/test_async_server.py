@@ -273,6 +273,19 @@ def test_fedbuff_step_is_the_rules_combine_with_scaled_weights() -> None:
     torch.testing.assert_close(learner.params, want)
 
 
+def test_term_runs_in_async_mode_on_the_buffers_loss_reports(tmp_path: Path) -> None:
+    learner = real_learner(6, AggregatorConfig(name="term", tilt=1.0))
+    w0 = learner.params.clone()
+    clients = run_server(async_server, ServerConfig(
+        mode="async", num_rounds=4, clients_per_round=5, concurrency=5, buffer_size=5),
+        learner, tmp_path)
+    aggregated = clients.filter(pl.col("status") == "aggregated")
+    assert aggregated.height == 4 * 5 and learner.version == 4
+    # each update came with F_k(w_{v_k}), which TERM tilts by
+    assert aggregated["loss_reported"].null_count() == 0
+    assert not torch.equal(learner.params, w0)
+
+
 def test_every_async_question_has_a_replay_rule() -> None:
     extra = ({n for n in dir(AsyncLearnerLike) if not n.startswith("_")}
              - {n for n in dir(LearnerLike) if not n.startswith("_")})
