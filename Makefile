@@ -27,7 +27,7 @@ run: $(BIN)/simfl-installed
 
 test: $(BIN)/simfl-installed
 	$(BIN)/ruff check simfl tests bench
-	$(BIN)/mypy simfl
+	$(BIN)/mypy simfl bench
 	$(BIN)/python -m pytest -q
 
 bench: $(BIN)/simfl-installed

@@ -104,7 +104,8 @@ def main() -> None:
     print("| problem | algorithm | step | iterations to 1e-4 | wall time (s) |")
     print("|---|---|---|---|---|")
     for label, (clients, loss, p) in cases.items():
-        problem = DRFLProblem(clients, Loss(loss), rho=0.1, kappa=1.0, theta=0.2, p=p)
+        problem = DRFLProblem(clients, Loss(loss), rho=np.full(len(clients), 0.1), kappa=1.0,
+                              theta=0.2, p=p)
         optimum = solve_direct(problem).objective
         for step in STEPS:
             runs = {

@@ -99,7 +99,7 @@ def main() -> None:
                                               replace=False))
             samples = int(clients.num_samples.sum())
             for backend in ("batched", "loop"):
-                hp = TrainHParams(1, batch, lr, backend=backend)  # type: ignore[arg-type]
+                hp = TrainHParams(1, batch, lr, backend=backend)
                 repeats = args.repeats if backend == "batched" else args.loop_repeats
                 s, peak = time_rounds(model, params, clients, hp, repeats)
                 row = {"model": model_name, "clients": clients.num_clients, "samples": samples,

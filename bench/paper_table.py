@@ -122,7 +122,8 @@ def main() -> None:
         test = manifest["summary"]["test"]
         evals = pl.read_parquet(run_dir / "eval.parquet")
         last = evals.filter((pl.col("split") == "test") & (pl.col("round") == evals["round"].max()))
-        weighted = float((last["error"] * last["num_samples"]).sum() / last["num_samples"].sum())
+        error, counts = last["error"].to_numpy(), last["num_samples"].to_numpy()
+        weighted = float(error @ counts / counts.sum())
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
                      "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})

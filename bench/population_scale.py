@@ -41,8 +41,10 @@ from simfl.population import (
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import AvailabilityConfig, PopulationConfig, ServerConfig
+from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
-from simfl.sim.server import Fleet, ServerState, sync_server
+from simfl.sim.server import sync_server
+from simfl.sim.tasks import Fleet, Wiring
 
 DAYS = 7
 ROUND_EVERY_S = 600.0
@@ -80,8 +82,8 @@ class NoopLearner:
         pass
 
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
-               t_s: float) -> Selection:
-        return Selection(np.ones(len(losses), dtype=bool))
+               t_s: float) -> tuple[Selection, None]:
+        return Selection(np.ones(len(losses), dtype=bool)), None
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         return np.zeros(len(client_idx))
@@ -115,8 +117,9 @@ def run_one(num_devices: int, seed: int) -> dict[str, float]:
         t1 = time.perf_counter()
         env = simpy.Environment()
         recorder = Recorder(Path(tmp))
-        env.process(sync_server(env, server, fleet, LinkSharing(env, paths), NoopLearner(),
-                                recorder, streams, ServerState(), lambda r, t: None))
+        wiring = Wiring(env, fleet, LinkSharing(env, paths), recorder, streams,
+                        Health(idle_window=10, idle_share=1.0))
+        env.process(sync_server(wiring, server, NoopLearner(), lambda r, t: None))
         events = 0
         while env.peek() < float("inf"):
             env.step()
