@@ -2,9 +2,9 @@
 
     python bench/archive_runs.py scenarios/paper/linear.sweep.toml [--to docs/runs]
 
-A paper run takes 15-60 min on the 2-core CPU, the runs of one table take longer
-than a work session, and ``results/`` does not outlive the machine it was written
-on. So for every complete run of the sweep this writes
+A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs
+of one table take longer than a work session, and ``results/`` does not outlive the
+machine it was written on. So for every complete run of the sweep this writes
 ``<to>/<sweep name>/<run id>/`` with the run's ``manifest.json`` (scenario, seed,
 versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round
 (one row per device and split) and, whole, the small per-round tables
