@@ -244,7 +244,7 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
         raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
     if state.get("format") != FORMAT:
         raise InputError(f"{path}: checkpoint format {state.get('format')!r}, this simfl "
-                         f"reads format {FORMAT}")
+                         f"reads format {FORMAT}; remove {run_dir} to run it again from the start")
     _remove_segments(directory, keep=state["journal_segments"])
     return Checkpoint(state["rounds_done"], state["t_s"], state["wall_s"], state["learner"],
                       state["tables"], journal, state["journal_segments"], state["last_eval"])

@@ -431,6 +431,10 @@ def test_resume_refuses_bad_run_directories(interrupted: Path, baseline: Path, c
     with (out / checkpoint.CHECKPOINT_DIR / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a process still working on the run
         refused(out, "another process is working on this run")
+    state = checkpoint_state(out)
+    state["format"] = checkpoint.FORMAT - 1  # written by an older simfl
+    torch.save(state, out / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE)
+    refused(out, f"this simfl reads format {checkpoint.FORMAT}; remove {out} to run it again")
     (out / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE).write_bytes(b"torn")
     refused(out, "state.pt: cannot read the checkpoint")
     assert manifest(out)["status"] == "interrupted"  # refusals change nothing
