@@ -26,6 +26,7 @@ that take many sums are charged in full. Values are fixed-point numbers in the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 KEY_BYTES = 32  # an X25519 public key or a Shamir share of a 32-byte secret
 CIPHERTEXT_OVERHEAD_BYTES = 28  # AES-GCM: 12 B nonce + 16 B tag
@@ -42,6 +43,7 @@ class Exchange:
     kind: str  # "secagg" or "quantile_protocol" (comm.parquet's kind column)
 
 
+@lru_cache(maxsize=1024)  # the same few (n, m) every round: build their exchanges once
 def secure_sum(num_devices: int, num_values: int) -> tuple[Exchange, ...]:
     """The four exchanges of one secure sum of ``num_values`` values over ``num_devices``."""
     n, m = num_devices, num_values
