@@ -54,7 +54,7 @@ class TrainHParams:
     prox_mu: float = 0.0  # (mu / 2) ||w - w_t||^2
     backend: Backend = "auto"
     precision: Precision = "fp32"
-    chunk: int = 0  # clients per batched call; 0: the whole cohort (halved on GPU out-of-memory)
+    chunk: int = 0  # clients per batched call; 0: chunk_size decides (halved on GPU out-of-memory)
 
 
 @dataclass(frozen=True)
@@ -150,10 +150,10 @@ def train_cohort(
 
 
 def _train_chunked(model, global_params, clients, hp, seeds):  # noqa: ANN001, ANN202
-    """The batched backend over chunks of ``hp.chunk`` clients (all at once if 0); on a GPU
-    out-of-memory error the chunk is halved and the cohort started again."""
+    """The batched backend over chunks of ``chunk_size`` clients; on a GPU out-of-memory
+    error the chunk is halved and the cohort started again."""
     k_total = clients.num_clients
-    chunk = min(hp.chunk or k_total, k_total)
+    chunk = chunk_size(hp, model, global_params.device, k_total)
     while True:
         try:
             parts = []
@@ -191,22 +191,38 @@ def float32_precision(precision: Precision, device: torch.device) -> Iterator[No
         matmul.fp32_precision, conv.fp32_precision = saved
 
 
+# Clients per batched call for a convolutional model on a CPU when ``chunk`` is 0: the
+# fastest of 10 / 20 / 50 / all at both 1 and 2 threads (bench/train_cohort.py
+# --convnet-grid, 100 FEMNIST clients, quiet 2-core machine, 2026-11-25: 28.0 / 16.8 s a
+# round against the loop's 35.0 / 20.1 s and the whole cohort's 30.6 / 19.3 s).
+CPU_CONV_CHUNK = 20
+
+
 def choose_backend(backend: Backend, model: nn.Module, device: torch.device,
                    num_clients: int = 2) -> str:
-    """``auto``: batched for two clients or more on a GPU, where the per-client loop is
-    bound by kernel launches, and on a CPU for the linear model.
+    """``auto``: batched for two clients or more, except the GRU on a CPU.
 
-    On a CPU, ``vmap`` turns each convolution into a grouped convolution, which
-    is slower than the per-client loop (measured in bench/train_cohort.py), and the
-    GRU's vmapped steps were slower than the loop too (27.6 vs 22.3 s for 10
-    Shakespeare roles, bench/train_gru.py).
+    On a CPU, ``vmap`` turns each convolution into a grouped convolution; in chunks
+    of ``CPU_CONV_CHUNK`` clients that beats the per-client loop (above), while the
+    GRU's vmapped steps were slower than the loop (27.6 vs 22.3 s for 10 Shakespeare
+    roles, bench/train_gru.py). On a GPU the per-client loop is bound by kernel launches.
     """
     if backend != "auto":
         return backend
     if num_clients < 2:
         return "loop"
-    slow_batched = any(isinstance(m, nn.Conv2d | CharGRU) for m in model.modules())
-    return "loop" if device.type == "cpu" and slow_batched else "batched"
+    gru = any(isinstance(m, CharGRU) for m in model.modules())
+    return "loop" if device.type == "cpu" and gru else "batched"
+
+
+def chunk_size(hp: TrainHParams, model: nn.Module, device: torch.device, num_clients: int
+               ) -> int:
+    """Clients per batched call: ``hp.chunk``, else ``CPU_CONV_CHUNK`` for a convolutional
+    model on a CPU, else the whole cohort."""
+    if hp.chunk:
+        return min(hp.chunk, num_clients)
+    conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    return min(CPU_CONV_CHUNK, num_clients) if device.type == "cpu" and conv else num_clients
 
 
 def _train_loop(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202

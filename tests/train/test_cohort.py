@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from simfl.data.packed import ClientData
 from simfl.train.cohort import (
+    CPU_CONV_CHUNK,
     TrainHParams,
     choose_backend,
+    chunk_size,
     float32_precision,
     plan_batches,
     train_cohort,
@@ -99,7 +103,7 @@ def test_shuffle_seeds_change_the_result() -> None:
 def test_auto_backend_choice() -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     conv, linear = build_model("convnet", (1, 28, 28), 62), build_model("linear", (4,), 3)
-    assert choose_backend("auto", conv, cpu) == "loop"
+    assert choose_backend("auto", conv, cpu) == "batched"
     assert choose_backend("auto", linear, cpu) == "batched"
     assert choose_backend("auto", conv, cuda) == "batched"
     assert choose_backend("loop", linear, cpu) == "loop"
@@ -108,6 +112,17 @@ def test_auto_backend_choice() -> None:
     gru = build_model("gru", (20,), 53)
     assert choose_backend("auto", gru, cpu) == "loop"
     assert choose_backend("auto", gru, cuda) == "batched"
+
+
+def test_chunk_size_is_the_measured_cpu_chunk_for_convolutions_only() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    conv, linear = build_model("convnet", (1, 28, 28), 62), build_model("linear", (4,), 3)
+    hp = TrainHParams(1, 16, 0.1)
+    assert chunk_size(hp, conv, cpu, 100) == CPU_CONV_CHUNK == 20
+    assert chunk_size(hp, conv, cpu, 7) == 7
+    assert chunk_size(hp, linear, cpu, 100) == 100
+    assert chunk_size(hp, conv, cuda, 100) == 100
+    assert chunk_size(dataclasses.replace(hp, chunk=5), conv, cuda, 100) == 5
 
 
 @pytest.mark.parametrize("device", DEVICES)
