@@ -132,9 +132,10 @@ class AggregatorConfig:
     lambda_step: float = _f(1e-5, NON_NEGATIVE)
 
 
-# ipw_known is an oracle for the study (the availability model's true online rates).
+# ipw_known is an oracle for the study (the availability model's true online rates);
+# ipw_days is ipw with the online rates from the check-ins of earlier UTC days only.
 ESTIMATORS = Literal["cohort_exact", "secure_mm", "secure_bisection", "tracking", "ipw",
-                     "poststrat", "ipw_known"]
+                     "ipw_days", "poststrat", "ipw_known"]
 
 
 @dataclass(frozen=True)
@@ -395,7 +396,7 @@ ASYNC_REFUSED = {
 }
 # The threshold comes from the buffer's loss reports, sent in the clear with the updates:
 # the devices of a buffer are gone by then, so no multi-round protocol can run.
-ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "poststrat")
+ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "ipw_days", "poststrat")
 
 
 def _check_server(scenario: Scenario, source: str) -> None:
@@ -433,7 +434,7 @@ AGGREGATOR_KEYS: dict[str, tuple[str, ...]] = {
 # The estimators that read each estimator sub-table or key.
 ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
     "secure_mm": ("secure_mm",), "secure_bisection": ("secure_bisection",),
-    "tracking": ("tracking",), "ipw": ("ipw",),
+    "tracking": ("tracking",), "ipw": ("ipw", "ipw_days"),
     "noise_std": ("secure_mm", "secure_bisection", "tracking"),
 }
 

@@ -236,6 +236,51 @@ def test_lagged_checkins_estimate_the_online_rate_without_the_current_round_bias
     assert np.mean(biased) - np.mean(member_estimates) > 0.05
 
 
+def test_checkins_of_earlier_days_count_a_day_once_it_is_over() -> None:
+    checkins = CheckIns(num_devices=3, prior=1.0, earlier_days=True)
+    checkins.observe(3600.0 * 5, np.array([0, 1]))  # day 0, hour 5
+    checkins.observe(3600.0 * 5 + 600, np.array([0]))
+    # today's rounds are not counted: the prior alone
+    assert checkins.online_prob(np.array([0, 1, 2]), 3600.0 * 5 + 600).tolist() == [0.5] * 3
+    checkins.observe(3600.0 * 29, np.array([2]))  # day 1, hour 5: day 0 is over
+    # device 0: (2 + 1) / (2 + 2); 1: (1 + 1) / 4; 2: (0 + 1) / 4 (today's round not counted)
+    assert checkins.online_prob(np.array([0, 1, 2]), 3600.0 * 29).tolist() == [0.75, 0.5, 0.25]
+    checkins.observe(3600.0 * 29 + 600, np.array([2]))
+    assert checkins.online_prob(np.array([2]), 3600.0 * 29 + 600).tolist() == [0.25]
+    checkins.observe(3600.0 * 53, np.array([1]))  # day 2: both day-1 rounds count
+    assert checkins.online_prob(np.array([0, 1, 2]), 3600.0 * 53).tolist() == [
+        3 / 6, 2 / 6, 3 / 6]
+
+
+def test_checkins_of_earlier_days_are_unbiased_when_sessions_persist() -> None:
+    """Each device is online for a whole UTC hour or not at all, with probability π_k,
+    independently across hours and days; six rounds an hour. For a device online now,
+    its earlier rounds of this hour are online too, so counting them (``ipw``) puts π̂
+    above (6 D π + 1) / (6 D + 2), the expectation from the D earlier days alone, which
+    ``earlier_days`` meets."""
+    rng = np.random.default_rng(5)
+    n, days = 300, 4
+    prob = rng.choice([0.1, 0.3, 0.6], n)
+    lagged, by_day = CheckIns(n, prior=1.0), CheckIns(n, prior=1.0, earlier_days=True)
+    got: dict[str, list[float]] = {"lagged": [], "days": []}
+    expected: list[float] = []
+    for day in range(days):
+        for hour in range(24):
+            online = np.flatnonzero(rng.random(n) < prob)
+            for j in range(6):
+                t_s = 86400.0 * day + 3600.0 * hour + 600.0 * j
+                lagged.observe(t_s, online)
+                by_day.observe(t_s, online)
+                if day == days - 1 and online.size:
+                    got["lagged"] += lagged.online_prob(online, t_s).tolist()
+                    got["days"] += by_day.online_prob(online, t_s).tolist()
+                    d = days - 1
+                    expected += ((6 * d * prob[online] + 1) / (6 * d + 2)).tolist()
+    # ~ 7,000 members; the standard error of the mean is about 0.002
+    assert np.mean(got["days"]) == pytest.approx(np.mean(expected), abs=0.01)
+    assert np.mean(got["lagged"]) - np.mean(expected) > 0.03
+
+
 def test_poststratification_with_strata_correlated_with_losses_removes_the_bias() -> None:
     """Two regions of equal size: region 0's devices have high losses and are online 80 %
     of the time, region 1's low losses and 20 %. Cohorts of whoever is online: the cohort
@@ -283,6 +328,24 @@ def test_panel_runs_shadows_on_identical_losses() -> None:
     # every device online in every observed round: equal π̂, so IPW = the cohort quantile
     assert out["ipw"].threshold == 0.9
     assert 0.9 - 1e-3 < out["secure_bisection"].threshold < 0.9  # keeps 0.9 and above
+
+
+def test_panel_ipw_days_weights_equally_on_the_first_day_and_by_earlier_days_after() -> None:
+    cfg = EstimatorConfig(name="cohort_exact", shadow=("ipw", "ipw_days"))
+    panel = EstimatorPanel(cfg, theta=0.5, num_devices=4, streams=Streams(0))
+    assert EstimatorPanel(EstimatorConfig(), 0.5, 4, Streams(0)).checkins_days is None
+    cohort = Cohort(np.array([0.1, 0.2, 0.3, 5.0]), np.ones(4), np.arange(4), 0.0)
+    for j in range(3):  # day 0: devices 0-2 online in three rounds, device 3 in the last
+        panel.observe_online(600.0 * j, np.arange(4) if j == 2 else np.arange(3))
+    out = panel.estimate(cohort, round_idx=0)
+    assert out["ipw_days"].threshold == out["cohort_exact"].threshold == 0.2  # prior alone
+    # ipw counts today's two earlier rounds: π̂ = 3/4 for devices 0-2, 1/4 for device 3
+    assert out["ipw"].threshold == 0.3
+    panel.observe_online(86400.0, np.arange(4))  # day 1: day 0's rounds now count for both
+    cohort = Cohort(cohort.losses, cohort.weights, cohort.client_idx, 86400.0)
+    out = panel.estimate(cohort, round_idx=1)
+    # hour 0 of day 0: π̂ = 4/5 for devices 0-2, 2/5 for device 3 (weights 1, 1, 1, 2)
+    assert out["ipw_days"].threshold == out["ipw"].threshold == 0.3
 
 
 def test_panel_poststratifies_by_the_strata_it_is_given() -> None:

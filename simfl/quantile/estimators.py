@@ -41,6 +41,10 @@ estimator only uses what its protocol would reveal to the server:
   now. Counting the current round would count every cohort member online at
   least once and bias π̂ up (halving the correction for a device online 20 % of
   the time after six rounds at that hour).
+- ``ipw_days``: ``ipw`` with π̂ from the check-ins of earlier UTC days only
+  (``CheckIns(earlier_days=True)``): within a session a device online now was
+  online in the earlier rounds of the hour too, which biases ``ipw``'s π̂ up the
+  same way, less. On the first day every π̂ is the prior's 1/2 (equal weights).
 - ``poststrat``: the cohort quantile with each device's weight scaled by
   N_s / m_s, N_s the training devices of its stratum (its region, which the
   server knows at registration) and m_s the cohort devices of that stratum, so
@@ -253,13 +257,25 @@ class CheckIns:
     checked in, n_h the rounds observed at hour h, a the Beta(a, a) prior's
     pseudo-count. UTC hours, not local ones: a device's time zone is fixed, so
     per-device UTC-hour rates carry the same information.
+
+    Which rounds count: every round before this one, or with ``earlier_days`` only
+    the rounds of earlier UTC days. A device online now is likely to have been online
+    in the earlier rounds of its current session (sessions last about an hour, rounds
+    open every few minutes), so today's check-ins count it online more often than its
+    rate, and more so, relatively, the lower its rate: the same bias as counting the
+    current round, smaller. Earlier days are independent of today's session (up to a
+    session that crosses midnight UTC); on the first day π̂ is the prior's 1/2 for every
+    device, and the weights are equal.
     """
 
     num_devices: int
     prior: float = 1.0
-    seen: np.ndarray = field(init=False)  # (N, 24) check-ins of earlier rounds
-    rounds: np.ndarray = field(init=False)  # (24,) earlier observation rounds
+    earlier_days: bool = False
+    seen: np.ndarray = field(init=False)  # (N, 24) check-ins of the rounds counted
+    rounds: np.ndarray = field(init=False)  # (24,) the rounds counted
     pending: tuple[int, np.ndarray] | None = field(init=False)  # this round's (hour, online)
+    held: tuple[tuple[int, np.ndarray], ...] = ()  # earlier_days: today's earlier rounds
+    held_day: int = -1  # earlier_days: the UTC day of ``held`` and ``pending``
 
     def __post_init__(self) -> None:
         self.seen = np.zeros((self.num_devices, HOURS_PER_DAY), dtype=np.int32)
@@ -272,12 +288,23 @@ class CheckIns:
 
     def observe(self, t_s: float, online_idx: np.ndarray) -> None:
         """The check-ins of the round opening now: counted from the next round on, so a
-        round's estimate uses only the rounds before it."""
-        if self.pending is not None:
-            h, online = self.pending
-            self.rounds[h] += 1
-            self.seen[online, h] += 1
+        round's estimate uses only the rounds before it (with ``earlier_days``: from
+        the first round of a later UTC day on)."""
+        if self.earlier_days:
+            day = int(t_s // (HOURS_PER_DAY * 3600))
+            if self.pending is not None:
+                self.held = (*self.held, self.pending)
+            if day != self.held_day:
+                for h, online in self.held:
+                    self._count(h, online)
+                self.held, self.held_day = (), day
+        elif self.pending is not None:
+            self._count(*self.pending)
         self.pending = (self.hour(t_s), np.asarray(online_idx, dtype=np.int64))
+
+    def _count(self, h: int, online: np.ndarray) -> None:
+        self.rounds[h] += 1
+        self.seen[online, h] += 1
 
     def online_prob(self, device_idx: np.ndarray, t_s: float) -> np.ndarray:
         h = self.hour(t_s)

@@ -47,8 +47,9 @@ from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig
 
 
-def _factories(cfg: EstimatorConfig, checkins: CheckIns, strata: np.ndarray,
-               known_rates: OnlineRates | None) -> dict[str, Callable[[], Estimator]]:
+def _factories(cfg: EstimatorConfig, checkins: CheckIns, checkins_days: CheckIns | None,
+               strata: np.ndarray, known_rates: OnlineRates | None
+               ) -> dict[str, Callable[[], Estimator]]:
     mm, bis, tr = cfg.secure_mm, cfg.secure_bisection, cfg.tracking
     return {
         "cohort_exact": CohortExact,
@@ -57,9 +58,16 @@ def _factories(cfg: EstimatorConfig, checkins: CheckIns, strata: np.ndarray,
                                                     noise_std=cfg.noise_std),
         "tracking": lambda: Tracking(tr.initial, tr.step, noise_std=cfg.noise_std),
         "ipw": lambda: IPW(checkins),
+        "ipw_days": lambda: IPW(_days(checkins_days), name="ipw_days"),
         "poststrat": lambda: PostStratified(strata),
         "ipw_known": lambda: IPW(_known(known_rates), name="ipw_known"),
     }
+
+
+def _days(checkins: CheckIns | None) -> CheckIns:
+    if checkins is None:  # the panel makes the record whenever ipw_days is configured
+        raise ValueError("estimator 'ipw_days' without its check-in record")
+    return checkins
 
 
 def _known(rates: OnlineRates | None) -> OnlineRates:
@@ -72,6 +80,10 @@ def _known(rates: OnlineRates | None) -> OnlineRates:
 class EstimatorPanel:
     """Runs every configured estimator on each cohort; holds their state over rounds."""
 
+    # The check-ins of ``ipw_days`` (earlier UTC days only) when it is configured (a class
+    # default, so that a checkpoint from before it existed still loads).
+    checkins_days: CheckIns | None = None
+
     def __init__(self, cfg: EstimatorConfig, theta: float, num_devices: int,
                  streams: Streams, strata: np.ndarray | None = None,
                  known_rates: OnlineRates | None = None) -> None:
@@ -80,11 +92,13 @@ class EstimatorPanel:
         availability model's true online probabilities, for the oracle ``ipw_known``."""
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
         self.checkins = CheckIns(num_devices, cfg.ipw.prior)
+        names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
+        if "ipw_days" in names:  # an (N, 24) record: only when it is used
+            self.checkins_days = CheckIns(num_devices, cfg.ipw.prior, earlier_days=True)
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
-        factories = _factories(cfg, self.checkins, np.asarray(strata, dtype=np.int64),
-                               known_rates)
-        names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
+        factories = _factories(cfg, self.checkins, self.checkins_days,
+                               np.asarray(strata, dtype=np.int64), known_rates)
         self.estimators: list[Estimator] = [factories[name]() for name in names]
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0
         self.wants_checkins = self.draws > 0 or any(isinstance(e, IPW) for e in self.estimators)
@@ -106,6 +120,8 @@ class EstimatorPanel:
     def observe_online(self, t_s: float, online_idx: np.ndarray) -> None:
         if self.wants_checkins:
             self.checkins.observe(t_s, online_idx)
+            if self.checkins_days is not None:
+                self.checkins_days.observe(t_s, online_idx)
             self.online = np.asarray(online_idx, dtype=np.int64)
 
     def bias_columns(self, round_idx: int, cohort: Cohort, estimates: dict[str, Estimate],

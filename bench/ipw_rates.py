@@ -1,0 +1,102 @@
+"""How well do IPW's estimated online rates correct who is online? No training, only the
+population's availability.
+
+    SIMFL_DATA_DIR=../shared/data python bench/ipw_rates.py [--days 7] [--strength 1.0]
+
+The estimation study's cell (scenarios/diurnal_emnist.toml: all FEMNIST training
+writers, six regions sorted by the writers' share of digits at the given covariate
+strength, diurnal availability with one-hour sessions). A round opens every 600 s (the
+scenario's round interval; a real run opens some rounds later, when it waits for
+devices). At each opening the devices online are weighted four ways, and each
+weighting implies every region's share of the population:
+
+- ``unweighted``: the online devices as they are (what ``cohort_exact`` sees);
+- ``known``: 1 / π, π the availability model's true online probability (``ipw_known``);
+- ``ipw``: 1 / π̂, π̂ from the check-ins of every earlier round at that UTC hour with a
+  Beta(1, 1) prior (simfl's ``CheckIns``);
+- ``earlier_days``: the same from the check-ins of earlier UTC days only (``CheckIns``
+  with ``earlier_days=True``), so that a device's check-ins earlier in today's session
+  do not count.
+
+Printed per simulated day: the mean over its rounds of the total-variation distance
+between the implied region shares and the population's (0 for a perfect correction),
+of the implied mean covariate minus the population's, and, for the two estimates, the
+mean of π̂ / π over the online devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from simfl.data import load_data
+from simfl.data.covariates import client_covariate
+from simfl.population import known_rates
+from simfl.population.build import build_population
+from simfl.quantile.estimators import CheckIns
+from simfl.rng import Streams
+from simfl.scenario import load_scenario
+
+DAY_S = 86400.0
+ROUND_S = 600.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--strength", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    scenario = load_scenario("scenarios/diurnal_emnist.toml", [
+        f"seed={args.seed}", 'population.region_assignment="covariate"',
+        'population.covariate="digit_share"',
+        f"population.covariate_strength={args.strength}"])
+    streams = Streams(scenario.seed)
+    data = load_data(scenario.data, streams)
+    cfg = scenario.population
+    covariate = client_covariate(data.train, cfg.covariate)
+    assert covariate is not None
+    population = build_population(cfg, data.train.num_clients, covariate, streams,
+                                  scenario.model.name)
+    region = population.devices.region_idx
+    truth = known_rates(cfg.availability, population.devices)
+    assert truth is not None
+    num_regions = int(region.max()) + 1
+    pop_share = np.bincount(region, minlength=num_regions) / len(region)
+    pop_cov = float(covariate.mean())
+    estimates = {"ipw": CheckIns(len(region), 1.0),
+                 "earlier_days": CheckIns(len(region), 1.0, earlier_days=True)}
+    names = ["unweighted", "known", *estimates]
+    print(f"{len(region)} training devices, {num_regions} regions, covariate strength "
+          f"{args.strength}, a round every {ROUND_S:.0f} s, seed {args.seed}")
+    print("| day | " + " | ".join(f"TV {n}" for n in names) + " | "
+          + " | ".join(f"covariate gap {n}" for n in names) + " | "
+          + " | ".join(f"π̂/π {n}" for n in estimates) + " |")
+    print("|---" * (1 + 2 * len(names) + len(estimates)) + "|")
+    for day in range(args.days):
+        tv: dict[str, list[float]] = {n: [] for n in names}
+        gap: dict[str, list[float]] = {n: [] for n in names}
+        ratio: dict[str, list[float]] = {n: [] for n in estimates}
+        for t in np.arange(day * DAY_S, (day + 1) * DAY_S, ROUND_S):
+            online = population.availability.online_devices(float(t))
+            if online.size == 0:
+                continue
+            pi = truth.online_prob(online, float(t))
+            weights = {"unweighted": np.ones(online.size), "known": 1.0 / pi}
+            for name, checkins in estimates.items():
+                checkins.observe(float(t), online)
+                pi_hat = checkins.online_prob(online, float(t))
+                weights[name] = 1.0 / pi_hat
+                ratio[name].append(float(np.mean(pi_hat / pi)))
+            for name, w in weights.items():
+                share = np.bincount(region[online], weights=w, minlength=num_regions) / w.sum()
+                tv[name].append(0.5 * float(np.abs(share - pop_share).sum()))
+                gap[name].append(float(np.average(covariate[online], weights=w)) - pop_cov)
+        print(f"| {day + 1} | " + " | ".join(f"{np.mean(tv[n]):.3f}" for n in names) + " | "
+              + " | ".join(f"{np.mean(gap[n]):+.4f}" for n in names) + " | "
+              + " | ".join(f"{np.mean(ratio[n]):.2f}" for n in estimates) + " |")
+
+
+if __name__ == "__main__":
+    main()
