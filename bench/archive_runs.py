@@ -1,6 +1,7 @@
 """Keep the evidence of a sweep's complete runs in the repository, small.
 
     python bench/archive_runs.py scenarios/paper/linear.sweep.toml [--to docs/runs]
+    python bench/archive_runs.py scenarios/paper/linear_afl.tune.toml   # a tuning file too
 
 A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs
 of one table take longer than a work session, and ``results/`` does not outlive the
@@ -10,8 +11,9 @@ versions, wall time, summary), ``eval.parquet`` cut to the final evaluation roun
 (one row per device and split) and, whole, the small per-round tables
 ``rounds.parquet`` and ``bias.parquet``: tens of KB per run. That directory has the
 layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
-after ``results``), ``python -m simfl sweep --archived docs/runs`` (skips what is
-archived) and ``python -m simfl collect --results docs/runs`` read it as a run. A run
+after ``results``), ``python -m simfl sweep --archived docs/runs`` and ``python -m
+simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
+collect --results docs/runs`` read it as a run. A run
 archived before is replaced; the script says when the re-run's summary differs (a
 re-run at the same seed and thread count should reproduce it). Nothing outside
 ``<to>/<sweep name>/<run id>/`` is written.
@@ -21,18 +23,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import tomllib
 from pathlib import Path
 
 import polars as pl
 
-from simfl.sweep import is_complete, load_sweep
+from simfl.sweep import Sweep, is_complete, load_sweep
+from simfl.tune import load_tuning
 
 SUMMARY_KEYS = ("mean", "p90")
 WHOLE = ("rounds", "bias")  # small per-round tables, kept whole
 
 
+def _load(path: str, results: Path) -> Sweep:
+    """A sweep file, or a tuning file (a sweep with a criterion)."""
+    with open(path, "rb") as f:
+        tuning = "criterion" in tomllib.load(f)
+    return load_tuning(Path(path), results)[0] if tuning else load_sweep(path, results)
+
+
 def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
-    sweep = load_sweep(sweep_path, results)
+    sweep = _load(sweep_path, results)
     kept = 0
     for run in sweep.runs:
         if not is_complete(run.run_dir):

@@ -116,13 +116,16 @@ def _tune_parser() -> argparse.ArgumentParser:
     parser.add_argument("tuning", type=Path, help="tuning TOML (a sweep with a criterion)")
     parser.add_argument("--backend", choices=("auto", "ray", "sequential"), default="auto")
     parser.add_argument("--quiet", action="store_true", help="no round progress bar")
+    parser.add_argument("--archived", type=Path, metavar="DIR",
+                        help="reuse the runs kept under DIR/<name>/ by bench/archive_runs.py "
+                             "(e.g. docs/runs) instead of running them again")
     return parser
 
 
 def _tune(args: argparse.Namespace) -> int:
     from simfl.tune import tune
 
-    result = tune(args.tuning, args.backend, progress=not args.quiet)
+    result = tune(args.tuning, args.backend, progress=not args.quiet, archived=args.archived)
     for variant, values in result.chosen.items():
         print(f"{variant or 'all runs'}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
     print(f"{result.report}\n{result.chosen_file}")

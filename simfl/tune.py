@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -108,15 +108,21 @@ def load_tuning(path: Path, results_dir: Path = Path("results")
 
 
 def tune(path: str | Path, backend: str = "auto", progress: bool = False,
-         results_dir: Path = Path("results")) -> Tuning:
-    """Run the tuning file's grid (runs already complete are reused), choose per
-    variant, write the evidence and the choice; see the module docstring."""
+         results_dir: Path = Path("results"), archived: Path | None = None) -> Tuning:
+    """Run the tuning file's grid (runs already complete are reused, in ``results_dir``
+    or, archived by bench/archive_runs.py, in ``archived/<name>/``), choose per variant,
+    write the evidence and the choice; see the module docstring."""
     path = Path(path)
     sweep, criterion, grid = load_tuning(path, results_dir)
-    run_sweep(sweep, backend, progress=progress)
+    kept = {run.run_id: archived / sweep.name / run.run_id for run in sweep.runs
+            if archived is not None and is_complete(archived / sweep.name / run.run_id)}
+    run_sweep(replace(sweep, runs=tuple(r for r in sweep.runs if r.run_id not in kept)),
+              backend, progress=progress)
     keys = [key.rsplit(".", 1)[-1] for key in grid]
-    table = pl.DataFrame([_row(run, keys, CRITERIA[criterion]) for run in sweep.runs])
+    table = pl.DataFrame([_row(run, kept.get(run.run_id, run.run_dir), keys,
+                               CRITERIA[criterion]) for run in sweep.runs])
     chosen = _choose(table, list(grid), keys)
+    sweep.out_dir.mkdir(parents=True, exist_ok=True)  # absent when every run was archived
     report = sweep.out_dir / "tuning.md"
     chosen_file = sweep.out_dir / "chosen.toml"
     text = _markdown(path, criterion, table, keys, chosen, list(grid))
@@ -126,9 +132,9 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
     return Tuning(table, chosen, report, chosen_file)
 
 
-def _row(run: SweepRun, keys: list[str], criterion: Callable[[Path], float]
+def _row(run: SweepRun, run_dir: Path, keys: list[str], criterion: Callable[[Path], float]
          ) -> dict[str, object]:
-    value = criterion(run.run_dir) if is_complete(run.run_dir) else math.inf
+    value = criterion(run_dir) if is_complete(run_dir) else math.inf
     return {"variant": str(run.params.get("variant", "")), "seed": run.params["seed"],
             **{k: run.params[k] for k in keys}, "criterion": value}
 

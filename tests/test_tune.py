@@ -4,6 +4,9 @@ the evidence written, and the choice fed into a later sweep through ``include``.
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,7 @@ from simfl.scenario import DataConfig
 from simfl.sweep import load_sweep
 from simfl.tune import tune
 from tests.test_bad_input import SCENARIO as TINY
+from tests.test_sweep import ROOT
 
 # the bad-input table's tiny scenario, as FedAvg over 8 rounds
 SCENARIO = (TINY.replace('name = "deltafl"', 'name = "fedavg"')
@@ -97,3 +101,26 @@ def test_bad_tuning_files(tmp_path: Path) -> None:
     spec.write_text('scenario = "tiny.toml"\ncriterion = "train_loss"\n')
     with pytest.raises(InputError, match=r"\[grid\]"):
         tune(spec)
+
+
+def test_tune_reuses_archived_runs_on_a_new_machine(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/archive_runs.py keeps a tuning file's runs; ``tune(archived=...)`` on a machine
+    without results/ runs none of them again and chooses the same."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "t.tune.toml"
+    spec.write_text('scenario = "tiny.toml"\nname = "t"\ncriterion = "holdout_p90"\n'
+                    'seeds = [0, 1]\n[grid]\n"train.lr" = [1e-4, 0.5]\n')
+    first = tune(spec, backend="sequential")
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(spec),
+                    "--to", str(tmp_path / "kept")], check=True, capture_output=True)
+    shutil.rmtree(tmp_path / "results")  # a new machine
+    import simfl.tune
+
+    ran: list[int] = []
+    monkeypatch.setattr(simfl.tune, "run_sweep",
+                        lambda sweep, backend, progress: ran.append(len(sweep.runs)) or {})
+    again = tune(spec, backend="sequential", archived=tmp_path / "kept")
+    assert ran == [0]
+    assert again.table.equals(first.table) and again.chosen == first.chosen
