@@ -4,11 +4,13 @@ as the mean over seeds ± the half-width of a 95 % t-interval (per run: the mean
 bias rounds after the burn-in, simfl.plots.study.bias_rows).
 
     python -m simfl collect scenarios/study/bias_v2.sweep.toml
-    python bench/bias_table.py results/bias_v2 [--online]
+    python bench/bias_table.py results/bias_v2 [--online] [--by-day]
 
 ``--online`` adds E_online − Q_pop (sampling + availability): the bias of the estimator on
 uniformly random cohorts of the devices online when the round opened, the part an
-availability correction (IPW, post-stratification) is meant to remove.
+availability correction (IPW, post-stratification) is meant to remove. ``--by-day`` splits
+each run's bias rounds by simulated day (``t_s`` // 86,400 + 1; the burn-in still applies),
+for estimators whose quality changes as the days go by, such as IPW's estimated rates.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ def main() -> None:
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
     parser.add_argument("--online", action="store_true",
                         help="add E_online - Q_pop (sampling + availability)")
+    parser.add_argument("--by-day", action="store_true", help="one row per simulated day")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
     columns = (*COLUMNS, "online") if args.online else COLUMNS
     axes = [a for a in ("variant", "clients_per_round", "theta")
             if a in bias.columns and bias[a].n_unique() > 1]
-    keys = (*axes, "estimator")
+    keys = (*axes, *(["day"] * args.by_day), "estimator")
     rows = bias_rows(bias).with_columns(
-        online=pl.col("sampling_bias") + pl.col("availability_bias"))
+        online=pl.col("sampling_bias") + pl.col("availability_bias"),
+        day=(pl.col("t_s") // 86400).cast(pl.Int64) + 1)
     per_run = rows.group_by(*keys, "seed").agg(pl.col(c).mean() for c in columns)
     print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
                             "conformity − θ"] + ["E_online − Q_pop"] * args.online) + " |")
