@@ -274,8 +274,8 @@ class CheckIns:
     seen: np.ndarray = field(init=False)  # (N, 24) check-ins of the rounds counted
     rounds: np.ndarray = field(init=False)  # (24,) the rounds counted
     pending: tuple[int, np.ndarray] | None = field(init=False)  # this round's (hour, online)
-    held: tuple[tuple[int, np.ndarray], ...] = ()  # earlier_days: today's earlier rounds
-    held_day: int = -1  # earlier_days: the UTC day of ``held`` and ``pending``
+    held: tuple[tuple[int, np.ndarray], ...] = ()  # earlier_days: today's rounds, this one too
+    held_day: int = -1  # earlier_days: the UTC day of ``held``
 
     def __post_init__(self) -> None:
         self.seen = np.zeros((self.num_devices, HOURS_PER_DAY), dtype=np.int32)
@@ -290,17 +290,18 @@ class CheckIns:
         """The check-ins of the round opening now: counted from the next round on, so a
         round's estimate uses only the rounds before it (with ``earlier_days``: from
         the first round of a later UTC day on)."""
+        this_round = (self.hour(t_s), np.asarray(online_idx, dtype=np.int64))
         if self.earlier_days:
             day = int(t_s // (HOURS_PER_DAY * 3600))
-            if self.pending is not None:
-                self.held = (*self.held, self.pending)
             if day != self.held_day:
                 for h, online in self.held:
                     self._count(h, online)
                 self.held, self.held_day = (), day
-        elif self.pending is not None:
+            self.held = (*self.held, this_round)
+            return
+        if self.pending is not None:
             self._count(*self.pending)
-        self.pending = (self.hour(t_s), np.asarray(online_idx, dtype=np.int64))
+        self.pending = this_round
 
     def _count(self, h: int, online: np.ndarray) -> None:
         self.rounds[h] += 1
