@@ -88,7 +88,8 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
                                  "processes with I = 0 .. N-1 share a machine without Ray")
         parser.add_argument("--archived", metavar="DIR", type=Path,
                             help="skip the runs complete in DIR/<sweep name>/ (copies kept "
-                                 "by bench/archive_runs.py, e.g. docs/runs) before sharding")
+                                 "by bench/archive_runs.py, e.g. docs/runs) before sharding; "
+                                 "with --status, show them as archived")
         parser.add_argument("--quiet", action="store_true",
                             help="no round progress bar (the sequential backend shows one)")
         parser.add_argument("--status", action="store_true",
@@ -331,7 +332,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
     sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
     if command == "sweep" and args.status:
-        for r in run_statuses(sweep).iter_rows(named=True):
+        for r in run_statuses(sweep, args.archived).iter_rows(named=True):
             wall = "" if r["wall_s"] is None else f"  {r['wall_s'] / 60:6.1f} min"
             test = ("" if r["test_mean"] != r["test_mean"]  # NaN: no evaluation yet
                     else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")

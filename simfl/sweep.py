@@ -201,30 +201,36 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
     return str(manifest["status"])
 
 
-def run_statuses(sweep: Sweep) -> pl.DataFrame:
+def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
     """Where each run of the sweep stands: its status (``not started``, ``running``,
     ``killed`` — a manifest saying running with no process holding the run's lock —,
-    ``interrupted``, ``failed``, ``complete``), the rounds done (at its last checkpoint,
-    where a resume would start) of the scenario's, the wall seconds worked (up to that
-    checkpoint or the end) and the latest evaluation's test mean and p90 error."""
+    ``interrupted``, ``failed``, ``complete``, or ``archived``: not complete here but
+    complete in ``archived/<sweep name>/``, the copies ``sweep --archived`` skips), the
+    rounds done (at its last checkpoint, where a resume would start) of the scenario's,
+    the wall seconds worked (up to that checkpoint or the end) and the latest
+    evaluation's test mean and p90 error."""
     from simfl.checkpoint import checkpoint_progress, run_locked  # torch: not for the CLI
 
     rows = []
     for run in sweep.runs:
         total = load_scenario(sweep.scenario, run.overrides).server.num_rounds
-        manifest = manifest_or_empty(run.run_dir)
+        run_dir = run.run_dir
+        manifest = manifest_or_empty(run_dir)
         status = manifest.get("status", "not started")
-        if status == "running" and not run_locked(run.run_dir):
+        kept = None if archived is None else archived / sweep.name / run.run_id
+        if status != "complete" and kept is not None and is_complete(kept):
+            run_dir, manifest, status = kept, manifest_or_empty(kept), "archived"
+        elif status == "running" and not run_locked(run_dir):
             status = "killed"
         rounds, wall_s = 0, manifest.get("wall_s")
         test = {"mean": float("nan"), "p90": float("nan")}
-        progress = None if status == "complete" else checkpoint_progress(run.run_dir)
-        if status == "complete":
+        progress = None if status in ("complete", "archived") else checkpoint_progress(run_dir)
+        if status in ("complete", "archived"):
             rounds = total
         elif progress is not None:
             rounds, wall_s = progress
         if manifest:
-            evals = read_table(run.run_dir, "eval").filter(pl.col("split") == "test")
+            evals = read_table(run_dir, "eval").filter(pl.col("split") == "test")
             if evals.height:
                 last = evals.filter(pl.col("round") == evals["round"].max())
                 test = error_summary(last["error"].to_numpy())

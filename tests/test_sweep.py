@@ -5,6 +5,7 @@ estimators end to end (bias.parquet, protocol messages in comm.parquet)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -278,3 +279,17 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     assert lines[0].startswith("variant=always,clients_per_round=4,seed=0  complete  4/4 rounds")
     assert lines[1].startswith("variant=diurnal,clients_per_round=4,seed=0  killed  2/4 rounds")
     assert lines[2] == "variant=always,clients_per_round=4,seed=1  not started  0/4 rounds"
+
+    # Kept copies (bench/archive_runs.py, e.g. docs/runs): a run not complete here but
+    # complete there is "archived", with the kept run's figures; a run complete here is
+    # read here.
+    archive = tmp_path / "kept"
+    shutil.copytree(done.run_dir, archive / sweep.name / sweep.runs[2].run_id)
+    shutil.copytree(done.run_dir, archive / sweep.name / done.run_id)
+    kept = run_statuses(sweep, archive)
+    assert kept["status"].to_list() == ["complete", "killed", "archived", "not started"]
+    assert kept["rounds"].to_list() == [4, 2, 4, 0]
+    assert kept["test_p90"][2] == pytest.approx(summary["p90"], abs=1e-12)
+    assert main(["sweep", str(path), "--status", "--archived", str(archive)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].startswith(
+        "variant=always,clients_per_round=4,seed=1  archived  4/4 rounds")
