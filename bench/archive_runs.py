@@ -16,7 +16,9 @@ simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
 collect --results docs/runs`` read it as a run. A run
 archived before is replaced; the script says when the re-run's summary differs (a
 re-run at the same seed and thread count should reproduce it). Nothing outside
-``<to>/<sweep name>/<run id>/`` is written.
+``<to>/<sweep name>/<run id>/`` is written, except, for a tuning file whose choice
+``tune`` has made, ``<to>/<tuning name>/tuning.md`` and ``chosen.toml`` (copied: a final
+sweep includes that ``chosen.toml``).
 """
 
 from __future__ import annotations
@@ -28,22 +30,22 @@ from pathlib import Path
 
 import polars as pl
 
-from simfl.sweep import Sweep, is_complete, load_sweep
+from simfl.sweep import is_complete, load_sweep
 from simfl.tune import load_tuning
 
 SUMMARY_KEYS = ("mean", "p90")
 WHOLE = ("rounds", "bias")  # small per-round tables, kept whole
 
 
-def _load(path: str, results: Path) -> Sweep:
-    """A sweep file, or a tuning file (a sweep with a criterion)."""
+def _is_tuning(path: str) -> bool:
     with open(path, "rb") as f:
-        tuning = "criterion" in tomllib.load(f)
-    return load_tuning(Path(path), results)[0] if tuning else load_sweep(path, results)
+        return "criterion" in tomllib.load(f)
 
 
 def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
-    sweep = _load(sweep_path, results)
+    tuning = _is_tuning(sweep_path)
+    sweep = load_tuning(Path(sweep_path), results)[0] if tuning else load_sweep(sweep_path,
+                                                                                  results)
     kept = 0
     for run in sweep.runs:
         if not is_complete(run.run_dir):
@@ -68,6 +70,11 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
         old.write_text(json.dumps(manifest, indent=2) + "\n")
         kept += 1
     print(f"{sweep.name}: {kept} complete runs of {len(sweep.runs)} archived in {to / sweep.name}")
+    for name in ("tuning.md", "chosen.toml") if tuning else ():  # what tune wrote from them
+        if (sweep.out_dir / name).is_file():
+            (to / sweep.name).mkdir(parents=True, exist_ok=True)
+            (to / sweep.name / name).write_text((sweep.out_dir / name).read_text())
+            print(f"{to / sweep.name / name}")
 
 
 def main() -> None:

@@ -115,6 +115,9 @@ def test_tune_reuses_archived_runs_on_a_new_machine(tmp_path: Path,
     first = tune(spec, backend="sequential")
     subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(spec),
                     "--to", str(tmp_path / "kept")], check=True, capture_output=True)
+    for name in ("tuning.md", "chosen.toml"):  # the choice travels with its runs
+        assert ((tmp_path / "kept" / "t" / name).read_text()
+                == (tmp_path / "results" / "t" / name).read_text())
     shutil.rmtree(tmp_path / "results")  # a new machine
     import simfl.tune
 
