@@ -32,8 +32,9 @@ round's opening who was online. Pools on a bias round:
 With ``cohort_exact`` on ``--draws`` random cohorts of size K from each pool:
 ``A`` = E_online − E_all (the run's bias.parquet logs the same from 50 draws: ``A
 logged``), ``A fresh`` = E_fresh − E_all, ``A exposed`` = E_exposed − E_all and
-``A control`` = E_control − E_all. If exposure is the cause, ``A fresh`` is about
-``A control`` and ``A exposed`` carries the term. The captured rounds are saved as
+``A control`` = E_control − E_all, and the paired differences ``exposed − fresh`` and
+``fresh − control``. If exposure is the cause, ``fresh − control`` is about 0 and
+``exposed − fresh`` carries the term. The captured rounds are saved as
 ``recency.npz`` in the run directory; ``--reuse`` analyses them again without
 simulating. Also
 printed: the share of fresh devices among the online ones and the mean loss of fresh,
@@ -178,6 +179,8 @@ def _analyse(args: argparse.Namespace, seed: int, run_dir: Path, rounds: list[Bi
             "A fresh": e["fresh"] - e["all"],
             "A exposed": e["exposed"] - e["all"],
             "A control": e["control"] - e["all"],
+            "exposed − fresh": e["exposed"] - e["fresh"],
+            "fresh − control": e["fresh"] - e["control"],
             "fresh devices": float(fresh.sum()),
             "fresh among online": fresh[online].mean(),
             "loss fresh": _mean(b.losses[fresh]),
