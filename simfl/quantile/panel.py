@@ -12,9 +12,11 @@ On bias rounds the bias η̂ − Q_pop of each estimator is decomposed by cause,
 E_all the estimator's expected η̂ on a uniformly random cohort of the same size
 from *all* training devices (the cohort's size and the quantile's
 discreteness), E_online the same from the devices online when the round opened
-(who is available at that hour), and η̂ the estimate on the cohort that
-actually reported (over-selection keeping the first to finish, deadlines,
-dropouts; in async mode staleness too). The expectations are Monte-Carlo means
+(who is available at that hour, and what the run did to those devices earlier in
+their sessions: they were sampled, and some trained on, in the rounds before;
+bench/recency.py separates the two, docs/bias.md), and η̂ the estimate on the
+cohort that actually reported (over-selection keeping the first to finish,
+deadlines, dropouts; in async mode staleness too). The expectations are Monte-Carlo means
 over ``decomposition_draws`` cohorts, on the population's losses under the
 same model, with the estimator's state at this round (a copy: the draws never
 advance it). The three terms add up to the bias by construction; their sizes
