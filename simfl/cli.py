@@ -328,7 +328,7 @@ def check_output_file(path: Path, overwrite: bool) -> None:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
+    from simfl.sweep import collect, kept_copy, load_sweep, run_statuses, run_sweep
 
     sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
     if command == "sweep" and args.status:
@@ -343,8 +343,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
         i, n = args.shard
         again = f"continue with: python -m simfl sweep {args.sweep}"
-        runs = [run for run in sweep.runs if args.archived is None
-                or not is_complete(args.archived / sweep.name / run.run_id)]
+        runs = [run for run in sweep.runs if kept_copy(sweep, run, args.archived) is None]
         if len(runs) < len(sweep.runs):
             print(f"{sweep.name}: {len(sweep.runs) - len(runs)} runs already archived in "
                   f"{args.archived / sweep.name}")

@@ -185,6 +185,13 @@ def is_complete(run_dir: Path) -> bool:
     return bool(manifest_or_empty(run_dir).get("status") == "complete")
 
 
+def kept_copy(sweep: Sweep, run: SweepRun, archived: Path | None) -> Path | None:
+    """The complete copy of ``run`` under ``archived/<sweep name>/`` (kept by
+    bench/archive_runs.py, e.g. in docs/runs), or None."""
+    kept = None if archived is None else archived / sweep.name / run.run_id
+    return kept if kept is not None and is_complete(kept) else None
+
+
 def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
              progress: bool = False) -> str:
     """One run, resumed if it was interrupted with the same scenario; its torch threads are
@@ -217,8 +224,8 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
         run_dir = run.run_dir
         manifest = manifest_or_empty(run_dir)
         status = manifest.get("status", "not started")
-        kept = None if archived is None else archived / sweep.name / run.run_id
-        if status != "complete" and kept is not None and is_complete(kept):
+        kept = kept_copy(sweep, run, archived)
+        if status != "complete" and kept is not None:
             run_dir, manifest, status = kept, manifest_or_empty(kept), "archived"
         elif status == "running" and not run_locked(run_dir):
             status = "killed"

@@ -16,9 +16,9 @@ discreteness), E_online the same from the devices online when the round opened
 their sessions: they were sampled, and some trained on, in the rounds before;
 bench/recency.py separates the two, docs/bias.md), and η̂ the estimate on the
 cohort that actually reported (over-selection keeping the first to finish,
-deadlines, dropouts; in async mode staleness too). The expectations are Monte-Carlo means
-over ``decomposition_draws`` cohorts, on the population's losses under the
-same model, with the estimator's state at this round (a copy: the draws never
+deadlines, dropouts; in async mode staleness too). The expectations are
+Monte-Carlo means over ``decomposition_draws`` cohorts, on the population's losses
+under the same model, with the estimator's state at this round (a copy: the draws never
 advance it). The three terms add up to the bias by construction; their sizes
 say which cause dominates.
 """
