@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from simfl.data.packed import client_rows
+from simfl.data.packed import ClientData, client_rows
 from simfl.data.split import group_rows, split_clients, standardise
 from simfl.errors import InputError
 from simfl.rng import Streams
@@ -32,6 +32,22 @@ def test_group_rows_sorts_stably_when_a_writer_is_split_across_runs() -> None:
 def test_client_rows_concatenates_in_the_given_order() -> None:
     offsets = np.array([0, 2, 2, 5, 6])
     assert client_rows(offsets, np.array([3, 0, 1, 2])).tolist() == [5, 0, 1, 2, 3, 4]
+
+
+def test_subset_equals_the_clients_blocks_stacked_in_the_given_order() -> None:
+    rng = np.random.default_rng(0)
+    offsets = np.array([0, 3, 3, 7, 12])
+    clients = ClientData(torch.from_numpy(rng.normal(size=(12, 1, 2, 2)).astype(np.float32)),
+                         torch.arange(12), offsets, np.array(["a", "b", "c", "d"]))
+    order = np.array([3, 1, 0, 3])
+    sub = clients.subset(order)
+    expect = [slice(offsets[k], offsets[k + 1]) for k in order]
+    assert torch.equal(sub.x, torch.cat([clients.x[s] for s in expect]))
+    assert torch.equal(sub.y, torch.cat([clients.y[s] for s in expect]))
+    assert sub.offsets.tolist() == [0, 5, 5, 8, 13]
+    assert sub.client_ids.tolist() == ["d", "b", "a", "d"]
+    sub.x.zero_()  # a copy: the source is untouched
+    assert clients.x.abs().sum() > 0
 
 
 def split(num_samples: list[int], seed: int = 0, **cfg: Any) -> tuple[list[int], list[int]]:
