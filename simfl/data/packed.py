@@ -22,17 +22,19 @@ def client_rows(offsets: np.ndarray, client_idx: np.ndarray) -> np.ndarray:
     return np.repeat(starts, counts) + within
 
 
-def _take_rows(t: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+def take_rows(t: torch.Tensor, rows: np.ndarray | torch.Tensor) -> torch.Tensor:
     """``t[rows]`` as a new tensor. On the CPU through numpy: a cohort's samples are tens
     of MB a round, and numpy's gather into fresh memory measured 4x faster than torch's
-    indexing (17 vs 76 ms for 100 FEMNIST writers, one thread), with the same values.
+    indexing (17 vs 76 ms for 100 FEMNIST writers; a training step's 1,000 rows 0.24 vs
+    1.4 ms; one thread), with the same values.
     The difference is first-touch page faults: numpy asks for transparent huge pages
     (madvise), torch does not unless THP_MEM_ALLOC_ENABLE=1 (filling 96 MB of fresh
     memory: numpy 15 ms, torch 63 ms, torch with that variable 22 ms; measured on a
     kernel whose THP mode is "madvise")."""
     if t.device.type == "cpu":
-        return torch.from_numpy(np.take(t.numpy(), rows, axis=0))
-    return t[torch.from_numpy(rows).to(t.device)]
+        index = rows.numpy() if isinstance(rows, torch.Tensor) else rows
+        return torch.from_numpy(np.take(t.numpy(), index, axis=0))
+    return t[torch.as_tensor(rows, device=t.device)]
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class ClientData:
         rows = self.rows(client_idx)
         counts = self.num_samples[client_idx]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return ClientData(_take_rows(self.x, rows), _take_rows(self.y, rows), offsets,
+        return ClientData(take_rows(self.x, rows), take_rows(self.y, rows), offsets,
                           self.client_ids[client_idx])
 
     def to(self, device: torch.device) -> ClientData:

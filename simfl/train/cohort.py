@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from simfl.data.packed import ClientData
+from simfl.data.packed import ClientData, take_rows
 from simfl.train.models import CharGRU, LinearSoftmax, ParamLayout
 
 Backend = Literal["auto", "batched", "loop"]
@@ -284,7 +284,7 @@ def _train_batched(model, global_params, clients, hp, plan):  # noqa: ANN001, AN
     for s in range(int(steps_sorted.max(initial=0))):
         m = int((steps_sorted > s).sum())
         step_rows = rows[:m, s]  # (m, B)
-        xb = x[step_rows.flatten()].to(dtype).view(*step_rows.shape, *x.shape[1:])
+        xb = take_rows(x, step_rows.flatten()).to(dtype).view(*step_rows.shape, *x.shape[1:])
         running = {name: p[:m] for name, p in params.items()}
         totals[:m] += sgd_step(running, xb, y[step_rows], mask[:m, s], global_named)
     inverse = torch.from_numpy(np.argsort(order)).to(device)
