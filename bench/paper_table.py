@@ -76,6 +76,16 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
 }
 
 
+def rule_label(aggregator: dict) -> str:
+    """The table's name of a run's rule, with its knob, from the manifest's aggregator."""
+    name = aggregator["name"]
+    knob = {"fedavg": "FedAvg", "deltafl": "Δ-FL θ = {theta:g}",
+            "fedavg_sub": "FedAvg-Sub (a random {theta:g} of the cohort)",
+            "fedprox": "FedProx (μ = {mu:g})", "qffl": "q-FFL (q = {q:g})",
+            "term": "TERM (tilt {tilt:g})", "afl": "AFL (λ step {lambda_step:g})"}.get(name, name)
+    return knob.format(**aggregator)
+
+
 def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:
     """Two-sided p-value of Welch's t-test, our seeds (in %) against the paper's mean ± std
     over its 5 seeds; nan with fewer than two of ours."""
@@ -125,10 +135,12 @@ def main() -> None:
         error, counts = last["error"].to_numpy(), last["num_samples"].to_numpy()
         weighted = float(error @ counts / counts.sum())
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
+                     "label": rule_label(manifest["scenario"]["aggregator"]),
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
                      "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})
         errors.append(last.select("client_id", "num_samples", "error").with_columns(
-            variant=pl.lit(rows[-1]["variant"]), seed=pl.lit(run.params["seed"])))
+            variant=pl.lit(rows[-1]["variant"]), label=pl.lit(rows[-1]["label"]),
+            seed=pl.lit(run.params["seed"])))
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
@@ -146,15 +158,14 @@ def main() -> None:
             continue
         p90, mean, wmean, wall = (part[c].to_numpy() for c in ("p90", "mean", "wmean", "wall_s"))
         paper = PAPER.get((model, variant))
-        print(f"| {variant} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
+        print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall.mean() / 60:.1f} min |")
     if args.versus:
         versus(table, args.versus, order)
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
-    first = (pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
-             .with_columns(label=pl.col("variant")))
+    first = pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
     for out, draw, what in ((args.ecdf, plot_error_ecdf, "final test error per device"),
                             (args.scatter, plot_error_vs_size_by_rule,
                              "final test error against data size")):
@@ -179,7 +190,7 @@ def versus(table: pl.DataFrame, reference: str, order: list[str]) -> None:
         if both.height == 0:
             continue
         cells = [_paired(100 * (both[m] - both[f"{m}_ref"]).to_numpy()) for m in ("p90", "mean")]
-        print(f"| {variant} | {', '.join(map(str, sorted(both['seed'])))} | "
+        print(f"| {both['label'][0]} | {', '.join(map(str, sorted(both['seed'])))} | "
               f"{cells[0]} | {cells[1]} |")
 
 

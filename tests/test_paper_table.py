@@ -1,0 +1,41 @@
+"""bench/paper_table.py on the paper runs kept in docs/runs: its cells equal the kept
+manifests' figures, recomputed here by hand, under the rules' names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).parents[1]
+KEPT = ROOT / "docs" / "runs" / "paper_linear"
+
+
+def kept(variant: str) -> dict[int, dict[str, float]]:
+    """seed -> the final test figures (in %) of the kept runs of ``variant``."""
+    out = {}
+    for manifest in sorted(KEPT.glob(f"variant={variant},seed=*/manifest.json")):
+        test = json.loads(manifest.read_text())["summary"]["test"]
+        seed = int(manifest.parent.name.rsplit("=", 1)[1])
+        out[seed] = {"p90": 100 * test["p90"], "mean": 100 * test["mean"]}
+    return out
+
+
+@pytest.mark.skipif(len(kept("fedavg")) < 2 or not kept("deltafl_0_5"),
+                    reason="needs kept paper runs in docs/runs")
+def test_paper_table_cells_equal_the_kept_manifests() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+         "scenarios/paper/linear.sweep.toml", "--versus", "fedavg", "--results", "docs/runs"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    fedavg, deltafl = kept("fedavg"), kept("deltafl_0_5")
+    p90 = np.array([run["p90"] for run in fedavg.values()])
+    cell = f"{p90.mean():.2f} ± {p90.std(ddof=1):.2f}"
+    assert f"| FedAvg | {len(p90)} | {cell} | 49.66 ± 0.67 |" in out  # the paper's cell beside
+    seeds = sorted(set(fedavg) & set(deltafl))
+    diff = np.mean([deltafl[s]["p90"] - fedavg[s]["p90"] for s in seeds])
+    assert f"| Δ-FL θ = 0.5 | {', '.join(map(str, seeds))} | {diff:+.2f} [" in out
