@@ -1,7 +1,8 @@
 """The reproduction table of a paper sweep, cell by cell against the Δ-FL papers.
 
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
-        [--ecdf OUT.png] [--scatter OUT.png] [--versus fedavg] [--also OTHER.sweep.toml]
+        [--ecdf OUT.png] [--scatter OUT.png] [--plot-variants V ...] [--versus fedavg]
+        [--also OTHER.sweep.toml]
         [--results DIR ...]
 
 Reads every complete run of the sweep (its manifest and final evaluation), from
@@ -112,6 +113,8 @@ def main() -> None:
     parser.add_argument("--ecdf", help="draw the ECDF of the final test errors here (PNG)")
     parser.add_argument("--scatter", help="draw error against data size here (PNG)")
     parser.add_argument("--versus", help="compare every variant with this one, paired by seed")
+    parser.add_argument("--plot-variants", nargs="+",
+                        help="the variants the figures show (default: all)")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
     parser.add_argument("--results", action="append", type=Path,
                         help="where run directories are, in order of preference (repeatable; "
@@ -166,6 +169,8 @@ def main() -> None:
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
     first = pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
+    if args.plot_variants:
+        first = first.filter(pl.col("variant").is_in(args.plot_variants))
     for out, draw, what in ((args.ecdf, plot_error_ecdf, "final test error per device"),
                             (args.scatter, plot_error_vs_size_by_rule,
                              "final test error against data size")):
