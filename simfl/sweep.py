@@ -188,8 +188,10 @@ def is_complete(run_dir: Path) -> bool:
 def kept_copy(sweep: Sweep, run: SweepRun, archived: Path | None) -> Path | None:
     """The complete copy of ``run`` under ``archived/<sweep name>/`` (kept by
     bench/archive_runs.py, e.g. in docs/runs), or None."""
-    kept = None if archived is None else archived / sweep.name / run.run_id
-    return kept if kept is not None and is_complete(kept) else None
+    if archived is None:
+        return None
+    kept = archived / sweep.name / run.run_id
+    return kept if is_complete(kept) else None
 
 
 def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
