@@ -88,7 +88,7 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
                                  "processes with I = 0 .. N-1 share a machine without Ray")
         parser.add_argument("--archived", metavar="DIR", type=Path,
                             help="skip the runs complete in DIR/<sweep name>/ (copies kept "
-                                 "by bench/archive_runs.py, e.g. docs/runs) before sharding; "
+                                 "by bench/archive_runs.py, e.g. docs/runs) of this shard; "
                                  "with --status, show them as archived")
         parser.add_argument("--quiet", action="store_true",
                             help="no round progress bar (the sequential backend shows one)")
@@ -343,12 +343,13 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
         i, n = args.shard
         again = f"continue with: python -m simfl sweep {args.sweep}"
-        runs = [run for run in sweep.runs if kept_copy(sweep, run, args.archived) is None]
-        if len(runs) < len(sweep.runs):
-            print(f"{sweep.name}: {len(sweep.runs) - len(runs)} runs already archived in "
+        share = sweep.runs[i::n]  # fixed by the sweep file: shards never share a run
+        runs = tuple(run for run in share if kept_copy(sweep, run, args.archived) is None)
+        if len(runs) < len(share):
+            print(f"{sweep.name}: {len(share) - len(runs)} runs already archived in "
                   f"{args.archived / sweep.name}")
         try:
-            statuses = run_sweep(replace(sweep, runs=tuple(runs[i::n])), args.backend,
+            statuses = run_sweep(replace(sweep, runs=runs), args.backend,
                                  progress=not args.quiet)
         except RunInterrupted as e:
             print(f"simfl: sweep {sweep.name}: {e}; {again}", file=sys.stderr)

@@ -197,8 +197,11 @@ def test_shards_split_the_runs_between_processes(tmp_path: Path,
         assert exit_info.value.code == 2
 
 
-def test_archived_runs_are_skipped_before_sharding(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_archived_runs_are_skipped_within_a_fixed_shard(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard's runs depend on the sweep file only: a shard started after another shard's
+    first runs were archived must not take the other shard's runs (two processes would
+    then work on one run)."""
     import simfl.sweep
 
     path = write(tmp_path)
@@ -214,8 +217,9 @@ def test_archived_runs_are_skipped_before_sharding(tmp_path: Path,
         [r.run_id for r in sweep.runs]) or {})
     for shard in ("0/2", "1/2"):
         assert main(["sweep", str(path), "--archived", str(archive), "--shard", shard]) == 0
-    left = [r for i, r in enumerate(every) if i not in (0, 2)]  # a failed copy is no copy
-    assert seen == [left[0::2], left[1::2]]
+    assert seen == [[r for r in every[0::2] if r not in (every[0], every[2])],
+                    every[1::2]]  # every[3]'s copy failed: a failed copy is no copy
+    assert not set(seen[0]) & set(seen[1])
 
 
 @pytest.mark.parametrize("quiet", [False, True])
