@@ -74,17 +74,21 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
     ("convnet", "deltafl_0_8"): ((26.23, 1.15), (16.09, 0.40)),
     ("convnet", "deltafl_0_5"): ((23.69, 0.94), (15.49, 0.30)),
     ("convnet", "deltafl_0_1"): ((25.46, 2.77), (16.37, 1.03)),
+    # FedAvg with the images scaled as the authors' code scales them (linear_inputs.sweep.toml)
+    ("linear", "fedavg_authors_pixels"): ((49.66, 0.67), (34.38, 0.38)),
 }
 
 
-def rule_label(aggregator: dict) -> str:
-    """The table's name of a run's rule, with its knob, from the manifest's aggregator."""
+def rule_label(scenario: dict) -> str:
+    """The table's name of a run's rule, with its knob, from the manifest's scenario."""
+    aggregator = scenario["aggregator"]
     name = aggregator["name"]
     knob = {"fedavg": "FedAvg", "deltafl": "Δ-FL θ = {theta:g}",
             "fedavg_sub": "FedAvg-Sub (a random {theta:g} of the cohort)",
             "fedprox": "FedProx (μ = {mu:g})", "qffl": "q-FFL (q = {q:g})",
             "term": "TERM (tilt {tilt:g})", "afl": "AFL (λ step {lambda_step:g})"}.get(name, name)
-    return knob.format(**aggregator)
+    authors = scenario["data"].get("pixel_scaling") == "authors"
+    return knob.format(**aggregator) + ", the authors' pixel scaling" * authors
 
 
 def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:
@@ -138,7 +142,7 @@ def main() -> None:
         error, counts = last["error"].to_numpy(), last["num_samples"].to_numpy()
         weighted = float(error @ counts / counts.sum())
         rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
-                     "label": rule_label(manifest["scenario"]["aggregator"]),
+                     "label": rule_label(manifest["scenario"]),
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
                      "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})
         errors.append(last.select("client_id", "num_samples", "error").with_columns(

@@ -83,6 +83,11 @@ class DataConfig:
     # [0, 1] (MNIST polarity), the scale the papers' learning rates were tuned for.
     # Shakespeare's character indices are never standardised.
     standardise: bool = True
+    # FEMNIST images (femnist, leaf): "authors" feeds them as the Δ-FL authors' code does
+    # (krishnap25/simplicial-fl, models/main.py): LEAF polarity (background 1) over each
+    # pixel's mean, (v - mu_j) / mu_j, zero-mean per pixel, ink -1 (split.authors_pixels).
+    # "ink": 1 - v, ink 1 and background 0. "authors" needs standardise = false.
+    pixel_scaling: Literal["ink", "authors"] = "ink"
     synthetic: SyntheticConfig = _f(SyntheticConfig)
 
 
@@ -474,6 +479,12 @@ def _check_relations(scenario: Scenario, source: str) -> None:
             and scenario.population.availability.mode == "trace"):
         raise InputError(f"{source}: estimator 'ipw_known' needs the online rates of the "
                          f"availability model; 'population.availability.mode' = 'trace' has none")
+    data = scenario.data
+    if data.pixel_scaling == "authors" and (data.standardise
+                                            or data.dataset not in ("femnist", "leaf")):
+        raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' rescales FEMNIST images "
+                         f"itself: it needs 'data.dataset' femnist or leaf (got "
+                         f"{data.dataset!r}) and 'data.standardise' = false")
     _check_meaning(scenario, source)
 
 

@@ -64,6 +64,10 @@ def write(tmp_path: Path, text: str) -> Path:
      "'estimator.noise_std' is set but no estimator that reads it"),
     ("[estimator]\ndecomposition_draws = 10\n",
      "'estimator.decomposition_draws' has no meaning with 'estimator.bias_every' = 0"),
+    ("[data]\ndataset = \"femnist\"\npixel_scaling = \"authors\"\n",
+     "'data.pixel_scaling' = 'authors' rescales FEMNIST images itself"),
+    ("[data]\npixel_scaling = \"authors\"\nstandardise = false\n",
+     "needs 'data.dataset' femnist or leaf (got 'synthetic')"),
 ])
 def test_bad_scenarios_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
     with pytest.raises(InputError) as info:

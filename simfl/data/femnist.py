@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import torch
 
 from simfl.data.location import resolve_data_path
 from simfl.data.packed import ClientData, FederatedData, client_rows
-from simfl.data.split import group_rows, split_clients
+from simfl.data.split import authors_pixels, group_rows, split_clients
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
@@ -67,12 +68,11 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
             client_ids=groups.client_ids[client_idx],
         )
 
-    return FederatedData(
-        name="femnist",
-        train=pack(train_idx, train_rows),
-        test=pack(test_idx, test_rows),
-        num_classes=NUM_CLASSES,
-    )
+    train, test = pack(train_idx, train_rows), pack(test_idx, test_rows)
+    if cfg.pixel_scaling == "authors":
+        train_x, test_x = authors_pixels(train.x, test.x)
+        train, test = replace(train, x=train_x), replace(test, x=test_x)
+    return FederatedData(name="femnist", train=train, test=test, num_classes=NUM_CLASSES)
 
 
 def _open_npz(path: Path) -> Any:

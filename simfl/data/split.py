@@ -109,6 +109,29 @@ def standardise(
     )
 
 
+def authors_pixels(
+    train_x: torch.Tensor, test_x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Δ-FL authors' FEMNIST inputs from simfl's ink-polarity images x in [0, 1].
+
+    Their code (krishnap25/simplicial-fl, ``models/main.py``) takes LEAF's images
+    v = 1 - x (background 1, ink 0) and feeds (v - mu_j) / mu_j, mu_j the mean of
+    pixel j (its ``std`` reads the mean file): zero-mean per pixel, ink -1, background
+    from 0 at the border to ~0.9 in the centre. With m_j = 1 - mu_j, the training
+    images' mean ink, that is (m_j - x) / (1 - m_j). Departure: the authors scale the
+    test images with the test devices' own means; here both sides use the training
+    devices' (no statistic of the test devices enters). A pixel inked in every
+    training image (mu_j = 0) is only centred.
+    """
+    mean_ink = train_x.to(torch.float64).mean(dim=0)
+    mu = 1.0 - mean_ink
+    mu = torch.where(mu > 0, mu, torch.ones_like(mu))
+    return (
+        ((mean_ink - train_x) / mu).to(torch.float32),
+        ((mean_ink - test_x) / mu).to(torch.float32),
+    )
+
+
 def federate(
     name: str,
     clients: ClientData,
@@ -122,8 +145,14 @@ def federate(
     rng = streams.numpy("data_split")
     train_idx, test_idx = split_clients(clients.num_samples, cfg, rng, source)
     train, test = clients.subset(train_idx), clients.subset(test_idx)
-    train_x, test_x = (standardise(train.x, test.x, per_feature) if cfg.standardise
-                       else (train.x, test.x))
+    if cfg.pixel_scaling == "authors" and per_feature:
+        raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' is for 28x28 FEMNIST "
+                         f"images; these samples are flat feature vectors")
+    train_x, test_x = train.x, test.x
+    if cfg.standardise:
+        train_x, test_x = standardise(train_x, test_x, per_feature)
+    elif cfg.pixel_scaling == "authors":
+        train_x, test_x = authors_pixels(train_x, test_x)
     return FederatedData(
         name=name,
         train=dataclasses.replace(train, x=train_x),

@@ -85,13 +85,17 @@ def assert_same(a: FederatedData, b: FederatedData, atol: float) -> None:
         np.testing.assert_allclose(side_a.x.numpy(), side_b.x.numpy(), rtol=0, atol=atol)
 
 
-@pytest.mark.parametrize("standardise", [False, True])
-def test_from_leaf_gives_the_leaf_loaders_arrays(tmp_path: Path, standardise: bool) -> None:
+@pytest.mark.parametrize(("standardise", "pixel_scaling"),
+                         [(False, "ink"), (True, "ink"), (False, "authors")])
+def test_from_leaf_gives_the_leaf_loaders_arrays(tmp_path: Path, standardise: bool,
+                                                 pixel_scaling: str) -> None:
     leaf = write_leaf(tmp_path / "leaf", make_writers())
     out = tmp_path / "femnist" / "femnist_writers.npz"
     convert_femnist(out, leaf_dir=leaf)
-    from_npz = load("femnist", out, standardise=standardise, test_client_fraction=0.3)
-    from_json = load("leaf", leaf, standardise=standardise, test_client_fraction=0.3)
+    options = dict(standardise=standardise, pixel_scaling=pixel_scaling,
+                   test_client_fraction=0.3)
+    from_npz = load("femnist", out, **options)
+    from_json = load("leaf", leaf, **options)
     assert from_npz.train.num_clients == 4 and from_npz.test.num_clients == 2
     assert_same(from_npz, from_json, atol=1e-6 if not standardise else 1e-5)
 

@@ -63,6 +63,12 @@ def test_flat_features_are_standardised_per_feature_with_training_stats(tmp_path
     np.testing.assert_allclose(data.train.x.mean(0).numpy(), 0, atol=1e-6)
 
 
+def test_authors_pixel_scaling_of_flat_features_is_an_input_error(tmp_path: Path) -> None:
+    write_shard(tmp_path / "a.json", flat_users())
+    with pytest.raises(InputError, match="'authors' is for 28x28 FEMNIST images"):
+        load(tmp_path, standardise=False, pixel_scaling="authors")
+
+
 def test_train_and_test_folders_are_merged_per_user(tmp_path: Path) -> None:
     users = flat_users()
     # LEAF's per-sample split: every user has samples in train/ and one in test/.

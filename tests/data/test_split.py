@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from simfl.data.packed import ClientData, client_rows
-from simfl.data.split import group_rows, split_clients, standardise
+from simfl.data.split import authors_pixels, group_rows, split_clients, standardise
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
@@ -100,3 +100,23 @@ def test_standardise_uses_training_statistics_only() -> None:
     mean, std = 6.0, float(np.std([1.0, 10.0, 3.0, 10.0]))
     assert torch.allclose(test_z, (test - mean) / std)
     assert train_z.dtype == test_z.dtype == torch.float32
+
+
+def test_authors_pixels_by_hand_and_against_the_authors_formula() -> None:
+    # Ink polarity: two training images of two pixels; pixel 1 is inked in every one.
+    train = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    test = torch.tensor([[0.25, 0.0]])
+    train_z, test_z = authors_pixels(train, test)
+    # Mean ink (0.5, 1); LEAF-polarity mean mu = (0.5, 0), the second only centred.
+    assert train_z.tolist() == [[1.0, 0.0], [-1.0, 0.0]]
+    assert test_z.tolist() == [[0.5, 1.0]]
+    # Their code: LEAF polarity v = 1 - x, then (v - mu_j) / mu_j with the training mean.
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.random((50, 1, 28, 28)).astype(np.float32) ** 4)
+    v = 1.0 - x[:40].double()
+    mu = v.mean(dim=0)
+    train_z, test_z = authors_pixels(x[:40], x[40:])
+    torch.testing.assert_close(train_z.double(), (v - mu) / mu, rtol=0, atol=1e-6)
+    torch.testing.assert_close(test_z.double(), ((1.0 - x[40:].double()) - mu) / mu,
+                               rtol=0, atol=1e-6)
+    assert train_z.mean(dim=0).abs().max() < 1e-5  # zero-mean per pixel on the training side
