@@ -5,7 +5,9 @@ FEMNIST is NIST Special Database 19 split by writer as in the LEAF benchmark
 classes of EMNIST ByClass (Cohen et al., "EMNIST: an extension of MNIST to
 handwritten letters", 2017). The file stores LEAF polarity (uint8, background
 255); samples are turned to MNIST polarity (ink bright), x = (255 - v) / 255,
-then standardised with one mean and std taken over the training devices' pixels.
+then standardised with one mean and std taken over the training devices' pixels
+(``data.standardise``), or scaled per pixel as the Δ-FL authors' code does
+(``data.pixel_scaling = "authors"``, :func:`simfl.data.split.authors_pixels`).
 
 The split is by writer (the Δ-FL papers' protocol, see :mod:`simfl.data.split`);
 the file's per-sample ``split`` column (LEAF's other protocol) is ignored.
