@@ -74,9 +74,11 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
     ("convnet", "deltafl_0_8"): ((26.23, 1.15), (16.09, 0.40)),
     ("convnet", "deltafl_0_5"): ((23.69, 0.94), (15.49, 0.30)),
     ("convnet", "deltafl_0_1"): ((25.46, 2.77), (16.37, 1.03)),
-    # FedAvg with the images scaled as the authors' code scales them (linear_inputs.sweep.toml)
+    # FedAvg with one choice of the authors' code (linear_authors_code.sweep.toml)
     ("linear", "fedavg_authors_pixels"): ((49.66, 0.67), (34.38, 0.38)),
+    ("linear", "fedavg_batch_32"): ((49.66, 0.67), (34.38, 0.38)),
 }
+PAPER_BATCH = {"linear": 10, "convnet": 16}  # App. C.2.2's mini-batch sizes
 
 
 def rule_label(scenario: dict) -> str:
@@ -88,7 +90,10 @@ def rule_label(scenario: dict) -> str:
             "fedprox": "FedProx (μ = {mu:g})", "qffl": "q-FFL (q = {q:g})",
             "term": "TERM (tilt {tilt:g})", "afl": "AFL (λ step {lambda_step:g})"}.get(name, name)
     authors = scenario["data"].get("pixel_scaling") == "authors"
-    return knob.format(**aggregator) + ", the authors' pixel scaling" * authors
+    batch = scenario["train"]["batch_size"]
+    other_batch = batch != PAPER_BATCH.get(scenario["model"]["name"], batch)
+    return (knob.format(**aggregator) + ", the authors' pixel scaling" * authors
+            + f", batch {batch}" * other_batch)
 
 
 def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:
