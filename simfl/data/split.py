@@ -116,12 +116,13 @@ def authors_pixels(
 
     Their code (krishnap25/simplicial-fl, ``models/main.py``) takes LEAF's images
     v = 1 - x (background 1, ink 0) and feeds (v - mu_j) / mu_j, mu_j the mean of
-    pixel j (its ``std`` reads the mean file): zero-mean per pixel, ink -1, background
-    from 0 at the border to ~0.9 in the centre. With m_j = 1 - mu_j, the training
-    images' mean ink, that is (m_j - x) / (1 - m_j). Departure: the authors scale the
-    test images with the test devices' own means; here both sides use the training
-    devices' (no statistic of the test devices enters). A pixel inked in every
-    training image (mu_j = 0) is only centred.
+    pixel j (its divisor is read from the constants file's "mean" entry, not "std"):
+    zero-mean per pixel, ink -1, background from 0 at the border to ~0.9 in the
+    centre. With m_j = 1 - mu_j, the training images' mean ink, that is
+    (m_j - x) / (1 - m_j). Departure: their means are precomputed files, one for the
+    training side and one, the test devices' own, for the test side; here both sides
+    use the mean over this run's training devices (no statistic of the test devices
+    enters). A pixel inked in every training image (mu_j = 0) is only centred.
     """
     mean_ink = train_x.to(torch.float64).mean(dim=0)
     mu = 1.0 - mean_ink
