@@ -8,7 +8,8 @@ then by user (writer), as for the npz file (:mod:`simfl.data.split`).
 
 Samples of 784 values are FEMNIST images (EMNIST, Cohen et al. 2017) in LEAF
 polarity (floats in [0, 1], 1.0 = white background): they become (1, 28, 28),
-inverted (1 - x) to MNIST polarity and standardised with one scalar mean/std.
+inverted (1 - x) to MNIST polarity and standardised with one scalar mean/std
+(or scaled per pixel as the Δ-FL authors' code does, ``data.pixel_scaling``).
 Any other length is a flat feature vector standardised per feature. Both use
 the training devices' statistics only.
 """
