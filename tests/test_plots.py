@@ -335,6 +335,22 @@ def test_the_cohort_axis_is_labelled_with_the_sweep_values() -> None:
     assert all(t.get_text() == "" for t in ax.xaxis.get_minorticklabels())
 
 
+def test_runs_at_different_theta_are_drawn_in_their_own_panels() -> None:
+    import polars as pl
+
+    from simfl.plots.study import plot_bias_by
+
+    # bias 0.1 K at θ = 0.5 and -0.1 K at θ = 0.1: averaged together they would cancel
+    bias = pl.concat([_study_bias((10, 50)).with_columns(
+        pl.lit(theta).alias("theta"), pl.col("run_id") + f",theta={theta}",
+        pl.col("bias") * sign) for theta, sign in ((0.5, 1.0), (0.1, -1.0))])
+    fig = plot_bias_by(bias, "clients_per_round", "bias", "bias")
+    assert [ax.get_title() for ax in fig.axes] == ["θ = 0.1", "θ = 0.5"]
+    for ax, sign in zip(fig.axes, (-1.0, 1.0), strict=True):
+        means = [line for line in ax.get_lines() if len(line.get_xdata()) == 2][0]
+        assert list(means.get_ydata()) == pytest.approx([sign * 0.1, sign * 0.5])
+
+
 def test_tail_vs_bytes_by_estimator_keeps_cohort_sizes_apart() -> None:
     import polars as pl
 

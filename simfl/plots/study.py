@@ -94,27 +94,38 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
 
 def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure:
     """Mean (± sd over runs) of ``column`` vs the sweep axis ``x``, a line per estimator,
-    a panel per variant when the sweep has variants."""
-    axes = list(dict.fromkeys(c for c in (x, "variant") if c in bias.columns))
+    a column of panels per variant when the sweep has variants and a row per θ when the
+    sweep varies θ (runs at different θ are never averaged together)."""
+    axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
     runs = per_run_bias(bias, axes).to_pandas()
     variants = sorted(runs["variant"].unique()) if "variant" in runs and x != "variant" \
         else [None]
-    fig = Figure(figsize=(4.2 * len(variants), 4.0), layout="constrained")
+    thetas = sorted(runs["theta"].unique()) if x != "theta" and runs["theta"].nunique() > 1 \
+        else [None]
+    fig = Figure(figsize=(4.2 * len(variants), 3.6 * len(thetas) + 0.4), layout="constrained")
     shared = None
-    for i, variant in enumerate(variants):
-        with sns.axes_style("whitegrid"):
-            ax = fig.add_subplot(1, len(variants), i + 1, sharey=shared)
-        shared = shared or ax
-        part = runs if variant is None else runs[runs["variant"] == variant]
-        sns.lineplot(part, x=x, y=column, hue="estimator", marker="o", errorbar="sd", ax=ax,
-                     legend=i == len(variants) - 1)
-        ax.axhline(0.0, color="k", lw=0.6)
-        ax.set(title=variant or "", xlabel=x, ylabel=ylabel if i == 0 else "")
-        if x == "clients_per_round":
-            ax.set_xscale("log")
-            ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
-            ax.set_xticks(ticks, [str(t) for t in ticks])
-            ax.xaxis.set_minor_formatter(NullFormatter())
+    for row, theta in enumerate(thetas):
+        for col, variant in enumerate(variants):
+            with sns.axes_style("whitegrid"):
+                ax = fig.add_subplot(len(thetas), len(variants), row * len(variants) + col + 1,
+                                     sharey=shared)
+            shared = shared or ax
+            part = runs if variant is None else runs[runs["variant"] == variant]
+            part = part if theta is None else part[part["theta"] == theta]
+            sns.lineplot(part, x=x, y=column, hue="estimator", marker="o", errorbar="sd",
+                         ax=ax, legend=row == 0 and col == len(variants) - 1)
+            if ax.get_legend():  # beside the panels, not over the lines
+                sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0))
+            ax.axhline(0.0, color="k", lw=0.6)
+            title = ", ".join([*([variant] if variant else []),
+                               *([f"θ = {theta:g}"] if theta is not None else [])])
+            ax.set(title=title, xlabel=x if row == len(thetas) - 1 else "",
+                   ylabel=ylabel if col == 0 else "")
+            if x == "clients_per_round":
+                ax.set_xscale("log")
+                ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+                ax.xaxis.set_minor_formatter(NullFormatter())
     return fig
 
 
@@ -144,7 +155,7 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
     table = pl.concat(lines).join(drivers, on="run_id", how="left").with_columns(
         pl.col("estimator").fill_null("none (no filter)"))
     # runs that differ in a sweep axis other than the seed are different lines
-    axes = [c for c in ("variant", "clients_per_round") if c in rounds.columns
+    axes = [c for c in ("variant", "clients_per_round", "theta") if c in rounds.columns
             and rounds[c].n_unique() > 1]
     axis_of = rounds.group_by("run_id").agg(pl.col(a).first() for a in axes)
     table = table.join(axis_of, on="run_id", how="left").with_columns(
