@@ -52,7 +52,7 @@ import torch
 
 from simfl.aggregate import Aggregator, Selection
 from simfl.data.packed import ClientData
-from simfl.errors import InputError, RunFailed
+from simfl.errors import InputError, RunBusy, RunFailed
 from simfl.records import Committed, Recorder, write_atomically
 from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
@@ -266,7 +266,7 @@ def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s lock while working on the run: a second process (a resume of a
-    run still going) gets an InputError. The kernel drops the lock when the process
+    run still going) gets a RunBusy error. The kernel drops the lock when the process
     dies, SIGKILL included."""
     path = run_dir / CHECKPOINT_DIR / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -274,7 +274,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise InputError(f"{run_dir}: another process is working on this run") from None
+            raise RunBusy(f"{run_dir}: another process is working on this run") from None
         yield
 
 

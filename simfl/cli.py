@@ -85,7 +85,9 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
                             help="auto: Ray when installed, else one run after another")
         parser.add_argument("--shard", metavar="I/N", type=_shard, default=(0, 1),
                             help="run only every N-th run, starting at the I-th (0-based): N "
-                                 "processes with I = 0 .. N-1 share a machine without Ray")
+                                 "machines with I = 0 .. N-1 share a sweep (processes on one "
+                                 "machine share it without: each skips the runs another "
+                                 "process is working on)")
         parser.add_argument("--archived", metavar="DIR", type=Path,
                             help="skip the runs complete in DIR/<sweep name>/ (copies kept "
                                  "by bench/archive_runs.py, e.g. docs/runs) of this shard; "
@@ -357,7 +359,11 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
             return 130
-        return 0 if all(s == "complete" for s in statuses.values()) else 1
+        busy = sum(s.startswith("skipped") for s in statuses.values())
+        if busy:
+            print(f"{sweep.name}: {busy} runs left to the other processes working on them "
+                  f"(python -m simfl sweep {args.sweep} --status)")
+        return 0 if all(s.startswith(("complete", "skipped")) for s in statuses.values()) else 1
     from simfl.plots.study import plot_sweep
 
     for table, rows in collect(sweep).items():

@@ -5,11 +5,17 @@ found before any work is done and before anything is written: exit status 2.
 :class:`RunFailed`: a run that started could not go on (the model diverged, the run
 stopped learning, simulated time outran the availability): the run's manifest says
 ``failed`` with the reason, its last checkpoint stays, exit status 1.
+:class:`RunBusy`, an InputError: another process is working on the run; a sweep skips
+the run and goes on.
 """
 
 
 class InputError(Exception):
     """Bad user input; the message names the key or file and the problem."""
+
+
+class RunBusy(InputError):
+    """Another process holds the run directory's lock (is working on that run)."""
 
 
 class RunFailed(RuntimeError):

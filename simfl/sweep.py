@@ -39,7 +39,7 @@ from typing import Any
 
 import polars as pl
 
-from simfl.errors import InputError, RunFailed
+from simfl.errors import InputError, RunBusy, RunFailed
 from simfl.metrics import error_summary
 from simfl.records import manifest_or_empty, read_table
 from simfl.scenario import Scenario, is_plain_name, load_scenario, to_dict
@@ -273,15 +273,25 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
             backend = "sequential"
     if backend == "ray":
         return _run_ray(sweep, pending, report)
+    from simfl.checkpoint import run_locked  # torch: not for the CLI
+
     statuses = {}
+    busy = "skipped: another process is working on it"
     for i, run in enumerate(pending):
-        if progress:
-            report(f"[{i + 1}/{len(pending)}] {run.run_id}: running")
-        try:
-            statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
-                                            progress)
-        except RunFailed as e:  # the run's manifest says why; the sweep goes on
-            statuses[run.run_id] = f"failed: {e}"
+        if is_complete(run.run_dir):  # another process running this sweep finished it
+            statuses[run.run_id] = "complete (by another process)"
+        elif run_locked(run.run_dir):
+            statuses[run.run_id] = busy
+        else:
+            if progress:
+                report(f"[{i + 1}/{len(pending)}] {run.run_id}: running")
+            try:
+                statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
+                                                progress)
+            except RunFailed as e:  # the run's manifest says why; the sweep goes on
+                statuses[run.run_id] = f"failed: {e}"
+            except RunBusy:  # another process took the run since run_locked looked
+                statuses[run.run_id] = busy
         report(f"[{i + 1}/{len(pending)}] {run.run_id}: {statuses[run.run_id]}")
     return statuses
 

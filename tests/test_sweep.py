@@ -222,6 +222,50 @@ def test_archived_runs_are_skipped_within_a_fixed_shard(tmp_path: Path,
     assert not set(seen[0]) & set(seen[1])
 
 
+def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Sequential processes sharing a sweep: a run whose lock another process holds is
+    skipped and left as it is, also when the other process takes it between the look at
+    its lock and the start; a run another process finished after this one listed its runs
+    is not run again."""
+    import simfl.sweep
+    from simfl.errors import RunBusy
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]"))
+    held, raced, finished, free = load_sweep(path).runs
+    held.run_dir.mkdir(parents=True)  # what the other process has written so far
+    (held.run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
+    (held.run_dir / "rounds.parquet").write_bytes(b"the other process's rounds")
+    real = simfl.sweep._run_one
+    ran: list[Path] = []
+
+    def other_process(scenario: Path, overrides: tuple[str, ...], run_dir: Path,
+                      progress: bool) -> str:
+        ran.append(run_dir)
+        if run_dir == raced.run_dir:  # took `raced`'s lock first, and finished `finished`
+            finished.run_dir.mkdir(parents=True)
+            (finished.run_dir / "manifest.json").write_text(json.dumps({"status": "complete"}))
+            raise RunBusy(f"{run_dir}: another process is working on this run")
+        return real(scenario, overrides, run_dir, progress)
+
+    monkeypatch.setattr(simfl.sweep, "_run_one", other_process)
+    with run_lock(held.run_dir):  # the other process is working on the first run
+        assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
+    assert ran == [raced.run_dir, free.run_dir]
+    out = capsys.readouterr().out
+    assert f"[1/4] {held.run_id}: skipped: another process is working on it" in out
+    assert f"[2/4] {raced.run_id}: skipped: another process is working on it" in out
+    assert f"[3/4] {finished.run_id}: complete (by another process)" in out
+    assert f"[4/4] {free.run_id}: complete" in out
+    assert "2 runs left to the other processes working on them" in out
+    assert sorted(p.name for p in held.run_dir.iterdir()) == [
+        "checkpoint", "manifest.json", "rounds.parquet"]
+    assert (held.run_dir / "rounds.parquet").read_bytes() == b"the other process's rounds"
+    assert json.loads((held.run_dir / "manifest.json").read_text()) == {"status": "running"}
+
+
 @pytest.mark.parametrize("quiet", [False, True])
 def test_sequential_sweep_shows_each_runs_progress(tmp_path: Path, quiet: bool,
                                                    capsys: pytest.CaptureFixture[str],
