@@ -258,6 +258,9 @@ def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
     return bool(started == json.loads(json.dumps(to_dict(scenario))))
 
 
+BUSY = "skipped: another process is working on it"  # the status of a run left to it
+
+
 def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None] = print,
               progress: bool = False) -> dict[str, str]:
     """Run the sweep's unfinished runs; return run id -> final status. ``progress``: the
@@ -276,12 +279,11 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
     from simfl.checkpoint import run_locked  # torch: not for the CLI
 
     statuses = {}
-    busy = "skipped: another process is working on it"
     for i, run in enumerate(pending):
         if is_complete(run.run_dir):  # another process running this sweep finished it
             statuses[run.run_id] = "complete (by another process)"
         elif run_locked(run.run_dir):
-            statuses[run.run_id] = busy
+            statuses[run.run_id] = BUSY
         else:
             if progress:
                 report(f"[{i + 1}/{len(pending)}] {run.run_id}: running")
@@ -291,7 +293,7 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
             except RunFailed as e:  # the run's manifest says why; the sweep goes on
                 statuses[run.run_id] = f"failed: {e}"
             except RunBusy:  # another process took the run since run_locked looked
-                statuses[run.run_id] = busy
+                statuses[run.run_id] = BUSY
         report(f"[{i + 1}/{len(pending)}] {run.run_id}: {statuses[run.run_id]}")
     return statuses
 
@@ -316,7 +318,8 @@ def _run_ray(sweep: Sweep, pending: list[SweepRun],
             try:
                 statuses[run_id] = ray.get(done[0])
             except ray.exceptions.RayTaskError as e:
-                statuses[run_id] = f"failed: {e.cause!r}"
+                statuses[run_id] = BUSY if isinstance(e.cause, RunBusy) else \
+                    f"failed: {e.cause!r}"
             report(f"[{len(statuses)}/{len(pending)}] {run_id}: {statuses[run_id]}")
     finally:
         if not sweep.ray_address:

@@ -19,7 +19,7 @@ from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.plots.study import plot_sweep
-from simfl.sweep import collect, is_complete, load_sweep, run_statuses, run_sweep
+from simfl.sweep import BUSY, collect, is_complete, load_sweep, run_statuses, run_sweep
 from simfl.train.learner import Learner
 
 ROOT = Path(__file__).parents[1]
@@ -138,7 +138,11 @@ def test_ray_backend_gives_the_sequential_files(tmp_path: Path) -> None:
     seq = load_sweep(write(tmp_path, text), tmp_path / "seq")
     par = load_sweep(write(tmp_path, text), tmp_path / "ray")
     run_sweep(seq, "sequential", report=lambda line: None)
-    assert set(run_sweep(par, "ray", report=lambda line: None).values()) == {"complete"}
+    with run_lock(par.runs[1].run_dir):  # another process works on the second run: left
+        assert run_sweep(par, "ray", report=lambda line: None) == {
+            par.runs[0].run_id: "complete", par.runs[1].run_id: BUSY}
+    assert not (par.runs[1].run_dir / "manifest.json").exists()
+    assert run_sweep(par, "ray", report=lambda line: None) == {par.runs[1].run_id: "complete"}
     for a, b in zip(seq.runs, par.runs, strict=True):
         assert is_complete(b.run_dir)
         for table in ("rounds", "clients", "comm", "bias", "eval"):
@@ -255,8 +259,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
         assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
     assert ran == [raced.run_dir, free.run_dir]
     out = capsys.readouterr().out
-    assert f"[1/4] {held.run_id}: skipped: another process is working on it" in out
-    assert f"[2/4] {raced.run_id}: skipped: another process is working on it" in out
+    assert f"[1/4] {held.run_id}: {BUSY}" in out and f"[2/4] {raced.run_id}: {BUSY}" in out
     assert f"[3/4] {finished.run_id}: complete (by another process)" in out
     assert f"[4/4] {free.run_id}: complete" in out
     assert "2 runs left to the other processes working on them" in out
