@@ -14,8 +14,10 @@ layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/ru
 after ``results``), ``python -m simfl sweep --archived docs/runs`` and ``python -m
 simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
 collect --results docs/runs`` read it as a run. A run
-archived before is replaced; the script says when the re-run's summary differs (a
-re-run at the same seed and thread count should reproduce it). Nothing outside
+archived before is left as it is when its manifest is the same (the same run), else
+replaced, each file whole (written aside, then renamed); the script says when the
+re-run's summary differs (a re-run at the same seed and thread count should reproduce
+it). Nothing outside
 ``<to>/<sweep name>/<run id>/`` is written, except, for a tuning file whose choice
 ``tune`` has made, ``<to>/<tuning name>/tuning.md`` and ``chosen.toml`` (copied: a final
 sweep includes that ``chosen.toml``).
@@ -53,6 +55,10 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
         manifest = json.loads((run.run_dir / "manifest.json").read_text())
         dest = to / sweep.name / run.run_id
         old = dest / "manifest.json"
+        text = json.dumps(manifest, indent=2) + "\n"
+        if old.is_file() and old.read_text() == text:  # this very run, archived before
+            kept += 1
+            continue
         if old.exists():  # a re-run of an archived run
             before = json.loads(old.read_text())["summary"]["test"]
             now = manifest["summary"]["test"]
@@ -62,12 +68,13 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
                       "archived copy replaced")
         dest.mkdir(parents=True, exist_ok=True)
         evals = pl.read_parquet(run.run_dir / "eval.parquet")
-        evals.filter(pl.col("round") == evals["round"].max()).write_parquet(
-            dest / "eval.parquet", compression="zstd")
-        for table in WHOLE:
-            pl.read_parquet(run.run_dir / f"{table}.parquet").write_parquet(
-                dest / f"{table}.parquet", compression="zstd")
-        old.write_text(json.dumps(manifest, indent=2) + "\n")
+        tables = {"eval": evals.filter(pl.col("round") == evals["round"].max()),
+                  **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE}}
+        for table, frame in tables.items():  # each file whole or not at all, manifest last
+            frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
+            (dest / f"{table}.parquet.tmp").replace(dest / f"{table}.parquet")
+        (dest / "manifest.json.tmp").write_text(text)
+        (dest / "manifest.json.tmp").replace(old)
         kept += 1
     print(f"{sweep.name}: {kept} complete runs of {len(sweep.runs)} archived in {to / sweep.name}")
     for name in ("tuning.md", "chosen.toml") if tuning else ():  # what tune wrote from them

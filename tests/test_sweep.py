@@ -121,6 +121,17 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     final = pl.read_parquet(kept.out_dir / "eval.parquet")
     every = pl.read_parquet(sweep.out_dir / "eval.parquet")
     assert final.equals(every.filter(pl.col("round") == 4)) and final.height > 0
+    # archived again: the same runs are left alone, a re-run (another manifest) is replaced
+    stamps = {f: f.stat().st_mtime_ns for f in kept.out_dir.rglob("*.parquet")}
+    rerun = sweep.runs[1].run_dir / "manifest.json"
+    rerun.write_text(json.dumps({**json.loads(rerun.read_text()), "wall_s": 1.0}))
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(path),
+                    "--to", str(tmp_path / "archive"), "--results", str(tmp_path / "results")],
+                   check=True, capture_output=True)
+    changed = {f.parent.name for f, t in stamps.items() if f.stat().st_mtime_ns != t}
+    assert changed == {sweep.runs[1].run_id}
+    assert json.loads((kept.runs[1].run_dir / "manifest.json").read_text())["wall_s"] == 1.0
+    assert not list(kept.out_dir.rglob("*.tmp"))
     # a run written before eval gained client_idx still collects, with nulls there
     old = sweep.runs[0].run_dir / "eval.parquet"
     pl.read_parquet(old).drop("client_idx").write_parquet(old)
