@@ -330,7 +330,7 @@ def check_output_file(path: Path, overwrite: bool) -> None:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import collect, kept_copy, load_sweep, run_statuses, run_sweep
+    from simfl.sweep import BUSY, collect, kept_copy, load_sweep, run_statuses, run_sweep
 
     sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
     if command == "sweep" and args.status:
@@ -359,11 +359,12 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
             return 130
-        busy = sum(s.startswith("skipped") for s in statuses.values())
+        busy = sum(s == BUSY for s in statuses.values())
         if busy:
             print(f"{sweep.name}: {busy} runs left to the other processes working on them "
                   f"(python -m simfl sweep {args.sweep} --status)")
-        return 0 if all(s.startswith(("complete", "skipped")) for s in statuses.values()) else 1
+        return 0 if all(s.startswith("complete") or s == BUSY for s in statuses.values()) \
+            else 1
     from simfl.plots.study import plot_sweep
 
     for table, rows in collect(sweep).items():
