@@ -335,6 +335,18 @@ def test_the_cohort_axis_is_labelled_with_the_sweep_values() -> None:
     assert all(t.get_text() == "" for t in ax.xaxis.get_minorticklabels())
 
 
+def test_per_run_bias_averages_the_online_part_of_the_decomposition() -> None:
+    import polars as pl
+
+    from simfl.plots.study import per_run_bias
+
+    bias = _study_bias((10,)).with_columns(
+        sampling_bias=pl.col("round") * 0.01, availability_bias=pl.lit(-0.05))
+    runs = per_run_bias(bias, ["clients_per_round"])
+    # rounds 2..9 after the burn-in (20 % of the last round, 9): sampling 0.02 .. 0.09
+    assert runs["online_bias"].to_list() == pytest.approx([0.055 - 0.05] * 2)
+
+
 def test_runs_at_different_theta_are_drawn_in_their_own_panels() -> None:
     import polars as pl
 

@@ -40,10 +40,12 @@ def bias_rows(bias: pl.DataFrame) -> pl.DataFrame:
 def per_run_bias(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
     """Mean bias, |bias| and conformity gap per (run, estimator), keeping the sweep axes."""
     keys = [c for c in (*RUN_KEYS, *axes) if c in bias.columns] + ["estimator"]
+    online = [(pl.col("sampling_bias") + pl.col("availability_bias")).mean().alias(
+        "online_bias")] if "availability_bias" in bias.columns else []
     return bias_rows(bias).group_by(keys).agg(
         pl.col("bias").mean(), pl.col("bias").abs().mean().alias("abs_bias"),
         pl.col("conformity_gap").mean(), pl.col("protocol_bytes").mean(),
-        pl.col("secure_sums").mean(), pl.col("cohort_size").mean()).sort(keys)
+        pl.col("secure_sums").mean(), pl.col("cohort_size").mean(), *online).sort(keys)
 
 
 def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
@@ -185,6 +187,9 @@ def plot_sweep(out_dir: Path) -> list[Path]:
             bias, x, "bias", "bias of η̂: estimate − population quantile")
         figures["conformity_vs_cohort.png"] = lambda: plot_bias_by(
             bias, x, "conformity_gap", "realized conformity − θ")
+        if "mc_draws" in bias.columns and bias_rows(bias).filter(pl.col("mc_draws") > 0).height:
+            figures["online_bias_vs_cohort.png"] = lambda: plot_bias_by(
+                bias, x, "online_bias", "bias on random cohorts of the online devices")
     rounds, ev = (pl.read_parquet(out_dir / f"{t}.parquet") for t in ("rounds", "eval"))
     if rounds.height and ev.height:
         figures["p90_vs_bytes_by_estimator.png"] = lambda: plot_tail_vs_bytes_by_estimator(
