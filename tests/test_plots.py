@@ -383,6 +383,55 @@ def test_tail_vs_bytes_by_estimator_keeps_cohort_sizes_apart() -> None:
     assert labels == {"cohort_exact, clients_per_round 10", "cohort_exact, clients_per_round 50"}
 
 
+def _tail_tables(runs: list[dict[str, object]]) -> tuple[pl.DataFrame, ...]:
+    """rounds, eval and bias tables of runs given as {run_id, driver or None, axes...} and
+    optionally the final error and bytes down per round."""
+    import polars as pl
+
+    rounds, ev, bias = [], [], []
+    for run in runs:
+        axes = {k: [v] * 3 for k, v in run.items() if k not in ("driver", "final", "down")}
+        rounds.append(pl.DataFrame({**axes, "round": [0, 1, 2],
+                                    "bytes_down": [run.get("down", 100)] * 3,
+                                    "bytes_up": [50] * 3}))
+        ev.append(pl.DataFrame({"run_id": [run["run_id"]] * 2, "round": [0, 2],
+                                "split": ["test"] * 2, "error": [0.5, run.get("final", 0.2)],
+                                "t_s": [0.0, 1.0]}))
+        if run["driver"]:
+            bias.append(pl.DataFrame({"run_id": [run["run_id"]], "driver": [True],
+                                      "estimator": [run["driver"]]}))
+    return pl.concat(rounds), pl.concat(ev), pl.concat(bias)
+
+
+def test_tail_vs_bytes_panels_by_population_and_theta_but_not_by_driver() -> None:
+    from simfl.plots.study import plot_tail_vs_bytes_by_estimator
+
+    # a study: one driver, variants are populations, two θ: a panel each, K in the line
+    study = [{"run_id": f"{v},{t},{k}", "driver": "cohort_exact", "variant": v, "theta": t,
+              "clients_per_round": k} for v in ("always", "diurnal") for t in (0.1, 0.5)
+             for k in (10, 50)]
+    fig = plot_tail_vs_bytes_by_estimator(*_tail_tables(study))
+    assert [ax.get_title() for ax in fig.axes] == [
+        "always, θ = 0.1", "diurnal, θ = 0.1", "always, θ = 0.5", "diurnal, θ = 0.5"]
+    assert {t.get_text() for t in fig.axes[1].get_legend().get_texts()} == {
+        "cohort_exact, clients_per_round 10", "cohort_exact, clients_per_round 50"}
+    # the drivers sweep: the variants are the drivers, one panel with a line each
+    drivers = [{"run_id": v, "driver": d, "variant": v}
+               for v, d in (("fedavg", None), ("cohort_exact", "cohort_exact"))]
+    fig = plot_tail_vs_bytes_by_estimator(*_tail_tables(drivers))
+    assert len(fig.axes) == 1
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {
+        "none (no filter), variant fedavg", "cohort_exact, variant cohort_exact"}
+    # the seeds of a line are averaged at each evaluation round, in bytes and in p90
+    seeds = [{"run_id": f"s{i}", "driver": "ipw", "seed": i, "final": e, "down": d}
+             for i, (e, d) in enumerate(((0.2, 100), (0.4, 300)))]
+    (line,) = plot_tail_vs_bytes_by_estimator(*_tail_tables(seeds)).axes[0].get_lines()[:1]
+    # the model of round 0 cost nothing yet, p90 0.5; after 2 rounds of 150 or 350 B: 300
+    # or 700 B (mean 500), p90 0.2 or 0.4
+    assert list(line.get_xdata()) == pytest.approx([0.0, 500.0])
+    assert list(line.get_ydata()) == pytest.approx([0.5, 0.3])
+
+
 def test_threshold_estimates_say_how_many_rounds_had_no_finite_estimate() -> None:
     import polars as pl
 

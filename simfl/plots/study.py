@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import polars as pl
 import seaborn as sns
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
@@ -94,40 +96,59 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     return fig
 
 
-def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure:
-    """Mean (± sd over runs) of ``column`` vs the sweep axis ``x``, a line per estimator,
-    a column of panels per variant when the sweep has variants and a row per θ when the
-    sweep varies θ (runs at different θ are never averaged together)."""
-    axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
-    runs = per_run_bias(bias, axes).to_pandas()
-    variants = sorted(runs["variant"].unique()) if "variant" in runs and x != "variant" \
+def _panel_grid(frame: pd.DataFrame, x: str,
+                width: float) -> tuple[Figure, list[tuple[Axes, pd.DataFrame]]]:
+    """A sweep figure's panels: a column per variant (when the sweep has variants) and a
+    row per θ (when its runs differ in θ), so runs that differ in either are never
+    averaged together; each panel titled, with the rows of ``frame`` it draws."""
+    variants = sorted(frame["variant"].unique()) if "variant" in frame and x != "variant" \
         else [None]
-    thetas = sorted(runs["theta"].unique()) if x != "theta" and runs["theta"].nunique() > 1 \
-        else [None]
-    fig = Figure(figsize=(4.2 * len(variants), 3.6 * len(thetas) + 0.4), layout="constrained")
-    shared = None
+    thetas = sorted(frame["theta"].unique()) if "theta" in frame and x != "theta" \
+        and frame["theta"].nunique() > 1 else [None]
+    fig = Figure(figsize=(width * len(variants), 3.6 * len(thetas) + 0.4), layout="constrained")
+    panels, shared = [], None
     for row, theta in enumerate(thetas):
         for col, variant in enumerate(variants):
             with sns.axes_style("whitegrid"):
                 ax = fig.add_subplot(len(thetas), len(variants), row * len(variants) + col + 1,
                                      sharey=shared)
             shared = shared or ax
-            part = runs if variant is None else runs[runs["variant"] == variant]
+            part = frame if variant is None else frame[frame["variant"] == variant]
             part = part if theta is None else part[part["theta"] == theta]
-            sns.lineplot(part, x=x, y=column, hue="estimator", marker="o", errorbar="sd",
-                         ax=ax, legend=row == 0 and col == len(variants) - 1)
-            if ax.get_legend():  # beside the panels, not over the lines
-                sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0))
-            ax.axhline(0.0, color="k", lw=0.6)
-            title = ", ".join([*([variant] if variant else []),
-                               *([f"θ = {theta:g}"] if theta is not None else [])])
-            ax.set(title=title, xlabel=x if row == len(thetas) - 1 else "",
-                   ylabel=ylabel if col == 0 else "")
-            if x == "clients_per_round":
-                ax.set_xscale("log")
-                ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
-                ax.set_xticks(ticks, [str(t) for t in ticks])
-                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_title(", ".join([*([variant] if variant else []),
+                                    *([f"θ = {theta:g}"] if theta is not None else [])]))
+            panels.append((ax, part))
+    return fig, panels
+
+
+def _lines(ax: Axes, part: pd.DataFrame, x: str, y: str, hue: str, labels: list[str],
+           xlabel: str, ylabel: str) -> None:
+    """Mean ± sd over runs of ``y`` against ``x``, a line per ``hue`` (the same colour in
+    every panel), the legend beside the top-right panel, axis labels on the outer panels."""
+    spec = ax.get_subplotspec()
+    assert spec is not None
+    sns.lineplot(part, x=x, y=y, hue=hue, hue_order=labels, marker="o", errorbar="sd", ax=ax,
+                 legend=spec.is_first_row() and spec.is_last_col())
+    if ax.get_legend():  # beside the panels, not over the lines
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0))
+    ax.set(xlabel=xlabel if spec.is_last_row() else "",
+           ylabel=ylabel if spec.is_first_col() else "")
+
+
+def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure:
+    """Mean (± sd over runs) of ``column`` vs the sweep axis ``x``, a line per estimator,
+    in panels by variant and θ (:func:`_panel_grid`)."""
+    axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
+    runs = per_run_bias(bias, axes).to_pandas()
+    fig, panels = _panel_grid(runs, x, 4.2)
+    for ax, part in panels:
+        _lines(ax, part, x, column, "estimator", sorted(runs["estimator"].unique()), x, ylabel)
+        ax.axhline(0.0, color="k", lw=0.6)
+        if x == "clients_per_round":
+            ax.set_xscale("log")
+            ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
     return fig
 
 
@@ -147,8 +168,9 @@ def plot_protocol_cost(bias: pl.DataFrame) -> Figure:
 
 def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
                                     bias: pl.DataFrame) -> Figure:
-    """Test p90 error vs cumulative bytes, a line per (aggregator, driving estimator),
-    averaged over the runs (seeds) of each."""
+    """Test p90 error vs cumulative bytes, a line per driving estimator (and cohort size,
+    where the sweep varies it), averaged over the runs (seeds) of each; in panels by θ, and
+    by variant unless the variants are the drivers (:func:`_panel_grid`)."""
     drivers = bias.filter(pl.col("driver")).group_by("run_id").agg(pl.col("estimator").first())
     lines = []
     for (run_id,), run_rounds in rounds.group_by(["run_id"]):
@@ -156,19 +178,38 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
         lines.append(test.with_columns(pl.lit(run_id).alias("run_id")))
     table = pl.concat(lines).join(drivers, on="run_id", how="left").with_columns(
         pl.col("estimator").fill_null("none (no filter)"))
-    # runs that differ in a sweep axis other than the seed are different lines
+    # runs that differ in a sweep axis other than the seed are different lines or panels
     axes = [c for c in ("variant", "clients_per_round", "theta") if c in rounds.columns
             and rounds[c].n_unique() > 1]
     axis_of = rounds.group_by("run_id").agg(pl.col(a).first() for a in axes)
+    by_driver = table["estimator"].n_unique() > 1  # then variants are drivers: lines
+    in_line = [a for a in axes if a == "clients_per_round" or (a == "variant" and by_driver)]
     table = table.join(axis_of, on="run_id", how="left").with_columns(
         pl.concat_str([pl.col("estimator"), *(pl.format(f", {a} {{}}", pl.col(a))
-                                              for a in axes)]).alias("estimator"))
+                                              for a in in_line)]).alias("line"))
     divisor, unit = byte_unit(float(table["bytes_cum"].to_numpy().max(initial=0.0)))
-    fig, ax = new_axes((7.0, 4.5))
-    sns.lineplot(table.with_columns(pl.col("bytes_cum") / divisor).to_pandas(), x="bytes_cum",
-                 y="p90", hue="estimator", marker="o", errorbar="sd", ax=ax)
-    ax.set(xlabel=f"cumulative communication, down + up ({unit})",
-           ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
+    keys = [c for c in ("variant", "theta") if c in axes and c not in in_line]
+    # the seeds of a line at each evaluation round: mean and sd of bytes and p90
+    frame = table.group_by(*keys, "line", "round").agg(
+        (pl.col("bytes_cum").mean() / divisor).alias("gb"),
+        (pl.col("bytes_cum").std() / divisor).fill_null(0.0).alias("gb_sd"),
+        pl.col("p90").mean(), pl.col("p90").std().fill_null(0.0).alias("p90_sd"),
+    ).sort("round").to_pandas()
+    labels = sorted(frame["line"].unique())
+    colour = dict(zip(labels, sns.color_palette(n_colors=len(labels)), strict=True))
+    fig, panels = _panel_grid(frame, "gb", 5.6)
+    for ax, part in panels:
+        for label in labels:
+            line = part[part["line"] == label]
+            ax.errorbar(line["gb"], line["p90"], xerr=line["gb_sd"], yerr=line["p90_sd"],
+                        marker="o", ms=4, capsize=2, color=colour[label], label=label)
+        spec = ax.get_subplotspec()
+        assert spec is not None
+        if spec.is_first_row() and spec.is_last_col():
+            ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+        ax.set(xlabel=f"cumulative communication, down + up ({unit})" if spec.is_last_row()
+               else "", ylabel=f"test error, {P90_LABEL}" if spec.is_first_col() else "")
+    fig.suptitle("Communication vs tail error (mean ± sd over seeds)")
     return fig
 
 
