@@ -191,17 +191,17 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
     keys = [c for c in ("variant", "theta") if c in axes and c not in in_line]
     # the seeds of a line at each evaluation round: mean and sd of bytes and p90
     frame = table.group_by(*keys, "line", "round").agg(
-        (pl.col("bytes_cum").mean() / divisor).alias("gb"),
-        (pl.col("bytes_cum").std() / divisor).fill_null(0.0).alias("gb_sd"),
+        (pl.col("bytes_cum").mean() / divisor).alias("traffic"),
+        (pl.col("bytes_cum").std() / divisor).fill_null(0.0).alias("traffic_sd"),
         pl.col("p90").mean(), pl.col("p90").std().fill_null(0.0).alias("p90_sd"),
     ).sort("round").to_pandas()
     labels = sorted(frame["line"].unique())
     colour = dict(zip(labels, sns.color_palette(n_colors=len(labels)), strict=True))
-    fig, panels = _panel_grid(frame, "gb", 5.6)
+    fig, panels = _panel_grid(frame, "traffic", 5.6)
     for ax, part in panels:
         for label in labels:
             line = part[part["line"] == label]
-            ax.errorbar(line["gb"], line["p90"], xerr=line["gb_sd"], yerr=line["p90_sd"],
+            ax.errorbar(line["traffic"], line["p90"], xerr=line["traffic_sd"], yerr=line["p90_sd"],
                         marker="o", ms=4, capsize=2, color=colour[label], label=label)
         spec = ax.get_subplotspec()
         assert spec is not None
