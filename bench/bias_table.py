@@ -7,7 +7,6 @@ bias rounds after the burn-in, simfl.plots.study.bias_rows).
     python bench/bias_table.py results/bias_v2 [--online] [--by-day] [--estimators a,b]
     python bench/bias_table.py results/bias_week --pivot availability_bias
 
-
 ``--online`` adds E_online − Q_pop (sampling + availability): the bias of the estimator on
 uniformly random cohorts of the devices online when the round opened, the part an
 availability correction (IPW, post-stratification) is meant to remove. ``--by-day`` splits

@@ -121,18 +121,20 @@ def _panel_grid(frame: pd.DataFrame, x: str,
     return fig, panels
 
 
-def _lines(ax: Axes, part: pd.DataFrame, x: str, y: str, hue: str, labels: list[str],
-           xlabel: str, ylabel: str) -> None:
-    """Mean ± sd over runs of ``y`` against ``x``, a line per ``hue`` (the same colour in
-    every panel), the legend beside the top-right panel, axis labels on the outer panels."""
+def _top_right(ax: Axes) -> bool:
+    """Whether ``ax`` is the grid's top-right panel, the one whose legend is drawn."""
+    spec = ax.get_subplotspec()
+    return spec is not None and spec.is_first_row() and spec.is_last_col()
+
+
+def _label_outer(ax: Axes, xlabel: str, ylabel: str) -> None:
+    """Axis labels on the outer panels only; a legend beside the panels, not over them."""
     spec = ax.get_subplotspec()
     assert spec is not None
-    sns.lineplot(part, x=x, y=y, hue=hue, hue_order=labels, marker="o", errorbar="sd", ax=ax,
-                 legend=spec.is_first_row() and spec.is_last_col())
-    if ax.get_legend():  # beside the panels, not over the lines
-        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0))
     ax.set(xlabel=xlabel if spec.is_last_row() else "",
            ylabel=ylabel if spec.is_first_col() else "")
+    if ax.get_legend():
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure:
@@ -141,8 +143,11 @@ def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure
     axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
     runs = per_run_bias(bias, axes).to_pandas()
     fig, panels = _panel_grid(runs, x, 4.2)
+    estimators = sorted(runs["estimator"].unique())  # hue_order: one colour in every panel
     for ax, part in panels:
-        _lines(ax, part, x, column, "estimator", sorted(runs["estimator"].unique()), x, ylabel)
+        sns.lineplot(part, x=x, y=column, hue="estimator", hue_order=estimators, marker="o",
+                     errorbar="sd", ax=ax, legend=_top_right(ax))
+        _label_outer(ax, x, ylabel)
         ax.axhline(0.0, color="k", lw=0.6)
         if x == "clients_per_round":
             ax.set_xscale("log")
@@ -203,12 +208,10 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
             line = part[part["line"] == label]
             ax.errorbar(line["traffic"], line["p90"], xerr=line["traffic_sd"], yerr=line["p90_sd"],
                         marker="o", ms=4, capsize=2, color=colour[label], label=label)
-        spec = ax.get_subplotspec()
-        assert spec is not None
-        if spec.is_first_row() and spec.is_last_col():
-            ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
-        ax.set(xlabel=f"cumulative communication, down + up ({unit})" if spec.is_last_row()
-               else "", ylabel=f"test error, {P90_LABEL}" if spec.is_first_col() else "")
+        if _top_right(ax):
+            ax.legend(fontsize="small")
+        _label_outer(ax, f"cumulative communication, down + up ({unit})",
+                     f"test error, {P90_LABEL}")
     fig.suptitle("Communication vs tail error (mean ± sd over seeds)")
     return fig
 
