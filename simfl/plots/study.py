@@ -96,14 +96,21 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     return fig
 
 
-def _panel_grid(frame: pd.DataFrame, x: str,
-                width: float) -> tuple[Figure, list[tuple[Axes, pd.DataFrame]]]:
+def _sweep_order(table: pl.DataFrame) -> dict[str, list[object]]:
+    """The variants and θ values in the order the sweep file lists them (collect writes the
+    runs in that order), for the panels of :func:`_panel_grid`."""
+    return {c: table[c].unique(maintain_order=True).to_list() for c in ("variant", "theta")
+            if c in table.columns}
+
+
+def _panel_grid(frame: pd.DataFrame, x: str, width: float,
+                order: dict[str, list[object]]) -> tuple[Figure, list[tuple[Axes, pd.DataFrame]]]:
     """A sweep figure's panels: a column per variant (when the sweep has variants) and a
-    row per θ (when its runs differ in θ), so runs that differ in either are never
-    averaged together; each panel titled, with the rows of ``frame`` it draws."""
-    variants = sorted(frame["variant"].unique()) if "variant" in frame and x != "variant" \
-        else [None]
-    thetas = sorted(frame["theta"].unique()) if "theta" in frame and x != "theta" \
+    row per θ (when its runs differ in θ), in the sweep's ``order`` (:func:`_sweep_order`),
+    so runs that differ in either are never averaged together; each panel titled, with the
+    rows of ``frame`` it draws."""
+    variants = order["variant"] if "variant" in frame and x != "variant" else [None]
+    thetas = order["theta"] if "theta" in frame and x != "theta" \
         and frame["theta"].nunique() > 1 else [None]
     fig = Figure(figsize=(width * len(variants), 3.6 * len(thetas) + 0.4), layout="constrained")
     panels, shared = [], None
@@ -115,7 +122,7 @@ def _panel_grid(frame: pd.DataFrame, x: str,
             shared = shared or ax
             part = frame if variant is None else frame[frame["variant"] == variant]
             part = part if theta is None else part[part["theta"] == theta]
-            ax.set_title(", ".join([*([variant] if variant else []),
+            ax.set_title(", ".join([*([str(variant)] if variant else []),
                                     *([f"θ = {theta:g}"] if theta is not None else [])]))
             panels.append((ax, part))
     return fig, panels
@@ -142,7 +149,7 @@ def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure
     in panels by variant and θ (:func:`_panel_grid`)."""
     axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
     runs = per_run_bias(bias, axes).to_pandas()
-    fig, panels = _panel_grid(runs, x, 4.2)
+    fig, panels = _panel_grid(runs, x, 4.2, _sweep_order(bias))
     estimators = sorted(runs["estimator"].unique())  # hue_order: one colour in every panel
     for ax, part in panels:
         sns.lineplot(part, x=x, y=column, hue="estimator", hue_order=estimators, marker="o",
@@ -202,7 +209,7 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
     ).sort("round").to_pandas()
     labels = sorted(frame["line"].unique())
     colour = dict(zip(labels, sns.color_palette(n_colors=len(labels)), strict=True))
-    fig, panels = _panel_grid(frame, "traffic", 5.6)
+    fig, panels = _panel_grid(frame, "traffic", 5.6, _sweep_order(rounds))
     for ax, part in panels:
         for label in labels:
             line = part[part["line"] == label]
