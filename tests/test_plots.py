@@ -327,6 +327,31 @@ def _study_bias(ks: tuple[int, ...]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def test_the_sweep_decomposition_averages_the_causes_over_runs_per_panel() -> None:
+    import polars as pl
+
+    from simfl.plots.study import plot_decomposition_by
+
+    # sampling 0.02 (seed + 1) - 0.0005 K: K = 10, seeds 0 and 1: 0.015 and 0.035 (mean 0.025);
+    # K = 50: -0.005 and 0.015 (mean 0.005). Availability -0.05 at θ = 0.5, 0 at θ = 0.1;
+    # selection 0 throughout. Two θ: two panels.
+    bias = pl.concat([_study_bias((10, 50)).with_columns(
+        pl.lit(theta).alias("theta"), pl.col("run_id") + f",theta={theta}",
+        sampling_bias=0.02 * (pl.col("seed") + 1) - 0.0005 * pl.col("clients_per_round"),
+        availability_bias=pl.lit(-0.05 * sign), selection_bias=pl.lit(0.0),
+        mc_draws=pl.lit(50)) for theta, sign in ((0.5, 1.0), (0.1, 0.0))])
+    bias = bias.with_columns(bias=pl.col("sampling_bias") + pl.col("availability_bias"))
+    fig = plot_decomposition_by(bias, "clients_per_round")
+    assert [ax.get_title() for ax in fig.axes] == ["θ = 0.5", "θ = 0.1"]
+    for ax, availability in zip(fig.axes, (-0.05, 0.0), strict=True):
+        heights = sorted(round(p.get_height(), 6) for p in ax.patches if p.get_height() != 0)
+        assert heights == sorted([0.025, 0.005, *[availability] * 2 * (availability != 0)])
+        totals = [line for line in ax.lines if line.get_marker() == "."][0]
+        assert list(totals.get_ydata()) == pytest.approx([0.025 + availability,
+                                                          0.005 + availability])
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "50"]
+
+
 def test_the_cohort_axis_is_labelled_with_the_sweep_values() -> None:
     from simfl.plots.study import plot_bias_by
 

@@ -40,14 +40,17 @@ def bias_rows(bias: pl.DataFrame) -> pl.DataFrame:
 
 
 def per_run_bias(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
-    """Mean bias, |bias| and conformity gap per (run, estimator), keeping the sweep axes."""
+    """Mean bias, |bias| and conformity gap per (run, estimator), keeping the sweep axes;
+    and the three causes (and their online part) where the run decomposed the bias."""
     keys = [c for c in (*RUN_KEYS, *axes) if c in bias.columns] + ["estimator"]
-    online = [(pl.col("sampling_bias") + pl.col("availability_bias")).mean().alias(
-        "online_bias")] if "availability_bias" in bias.columns else []
+    causes = [pl.col(c).mean() for c in DECOMPOSITION if c in bias.columns]
+    if "availability_bias" in bias.columns:
+        causes.append((pl.col("sampling_bias") + pl.col("availability_bias")).mean().alias(
+            "online_bias"))
     return bias_rows(bias).group_by(keys).agg(
         pl.col("bias").mean(), pl.col("bias").abs().mean().alias("abs_bias"),
         pl.col("conformity_gap").mean(), pl.col("protocol_bytes").mean(),
-        pl.col("secure_sums").mean(), pl.col("cohort_size").mean(), *online).sort(keys)
+        pl.col("secure_sums").mean(), pl.col("cohort_size").mean(), *causes).sort(keys)
 
 
 def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
@@ -70,6 +73,18 @@ def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
 DECOMPOSITION = ("sampling_bias", "availability_bias", "selection_bias")
 
 
+def _stacked_causes(ax: Axes, x: list[int], rows: pl.DataFrame, legend: bool) -> None:
+    """The three causes of ``rows`` (one row per position in ``x``) as stacked bars, the
+    positive and the negative parts stacked apart so neither hides the other."""
+    for sign in (1.0, -1.0):
+        bottom = [0.0] * len(x)
+        for i, column in enumerate(DECOMPOSITION):
+            part = [max(sign * v, 0.0) * sign for v in rows[column].to_list()]
+            ax.bar(x, part, bottom=bottom, color=f"C{i}", width=0.6,
+                   label=column.removesuffix("_bias") if sign > 0 and legend else None)
+            bottom = [b + p for b, p in zip(bottom, part, strict=True)]
+
+
 def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     """One run: each estimator's mean bias after the burn-in split into its sampling,
     availability and selection terms (stacked bars; the dot is the total bias)."""
@@ -78,13 +93,7 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     fig, ax = new_axes((7.0, 4.5))
     names = rows["estimator"].to_list()
     x = list(range(len(names)))
-    for values, sign in ((rows, 1.0), (rows, -1.0)):  # positive and negative parts apart
-        bottom = [0.0] * len(names)
-        for i, column in enumerate(DECOMPOSITION):
-            part = [max(sign * v, 0.0) * sign for v in values[column].to_list()]
-            ax.bar(x, part, bottom=bottom, color=f"C{i}", width=0.6,
-                   label=column.removesuffix("_bias") if sign > 0 else None)
-            bottom = [b + p for b, p in zip(bottom, part, strict=True)]
+    _stacked_causes(ax, x, rows, legend=True)
     ax.plot(x, rows["bias"].to_list(), "k.", ms=9, label="total bias")
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(x, names, rotation=20)
@@ -161,6 +170,35 @@ def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure
             ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
             ax.set_xticks(ticks, [str(t) for t in ticks])
             ax.xaxis.set_minor_formatter(NullFormatter())
+    return fig
+
+
+def plot_decomposition_by(bias: pl.DataFrame, x: str) -> Figure:
+    """The driving estimator's bias split by cause against the sweep axis ``x``, in panels
+    by variant and θ (:func:`_panel_grid`): at each value the three causes' means over the
+    runs as stacked bars, and the total bias's mean ± sd over the runs as a dot."""
+    decomposed = bias.filter(pl.col("driver") & (pl.col("mc_draws") > 0))
+    axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
+    runs = per_run_bias(decomposed, axes)
+    cells = runs.group_by(axes).agg(*(pl.col(c).mean() for c in DECOMPOSITION),
+                                    pl.col("bias").mean(),
+                                    pl.col("bias").std().fill_null(0.0).alias("bias_sd"))
+    fig, panels = _panel_grid(cells.sort(x).to_pandas(), x, 3.6, _sweep_order(bias))
+    for ax, part in panels:
+        rows = pl.from_pandas(part)
+        positions = list(range(rows.height))
+        _stacked_causes(ax, positions, rows, legend=_top_right(ax))
+        ax.errorbar(positions, rows["bias"].to_list(), yerr=rows["bias_sd"].to_list(),
+                    fmt="k.", ms=8, capsize=3, label="total bias (± sd)" if _top_right(ax)
+                    else None)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_xticks(positions, [str(v) for v in rows[x].to_list()])
+        if _top_right(ax):
+            ax.legend(fontsize="small")
+        _label_outer(ax, x, "bias of η̂ (loss)")
+    estimator = ", ".join(decomposed["estimator"].unique(maintain_order=True).to_list())
+    fig.suptitle(f"Bias of the driving estimator ({estimator}) by cause "
+                 f"({decomposed['mc_draws'].to_numpy().max(initial=0)} random cohorts per term)")
     return fig
 
 
@@ -241,6 +279,7 @@ def plot_sweep(out_dir: Path) -> list[Path]:
         if "mc_draws" in bias.columns and bias_rows(bias).filter(pl.col("mc_draws") > 0).height:
             figures["online_bias_vs_cohort.png"] = lambda: plot_bias_by(
                 bias, x, "online_bias", "bias on random cohorts of the online devices")
+            figures["decomposition_vs_cohort.png"] = lambda: plot_decomposition_by(bias, x)
     rounds, ev = (pl.read_parquet(out_dir / f"{t}.parquet") for t in ("rounds", "eval"))
     if rounds.height and ev.height:
         figures["p90_vs_bytes_by_estimator.png"] = lambda: plot_tail_vs_bytes_by_estimator(
