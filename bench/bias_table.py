@@ -13,7 +13,8 @@ availability correction (IPW, post-stratification) is meant to remove. ``--by-da
 each run's bias rounds by simulated day (``t_s`` // 86,400 + 1; the burn-in still applies),
 for estimators whose quality changes as the days go by, such as IPW's estimated rates.
 ``--pivot COLUMN`` prints one quantity (bias, sampling_bias, availability_bias,
-selection_bias, conformity_gap) with a column per estimator: one row per cell of the sweep.
+selection_bias, conformity_gap, online: E_online − Q_pop) with a column per estimator: one
+row per cell of the sweep.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def main() -> None:
                         help="add E_online - Q_pop (sampling + availability)")
     parser.add_argument("--by-day", action="store_true", help="one row per simulated day")
     parser.add_argument("--estimators", help="comma-separated: only these estimators")
-    parser.add_argument("--pivot", choices=COLUMNS, help="one quantity, a column per estimator")
+    parser.add_argument("--pivot", choices=(*COLUMNS, "online"),
+                        help="one quantity, a column per estimator")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
     if args.estimators:
@@ -45,7 +47,7 @@ def main() -> None:
         if unknown:
             parser.error(f"--estimators: not in {args.sweep_dir}: {', '.join(unknown)}")
         bias = bias.filter(pl.col("estimator").is_in(names))
-    columns = (*COLUMNS, "online") if args.online else COLUMNS
+    columns = (*COLUMNS, "online") if args.online or args.pivot == "online" else COLUMNS
     axes = [a for a in ("variant", "clients_per_round", "theta")
             if a in bias.columns and bias[a].n_unique() > 1]
     keys = (*axes, *(["day"] * args.by_day), "estimator")
