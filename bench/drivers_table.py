@@ -4,7 +4,11 @@ half-width of a 95 % t-interval, and which drivers are on the Pareto front of fi
 90th-percentile error against total bytes (no other driver has both lower on average).
 
     python -m simfl collect scenarios/study/drivers.sweep.toml
-    python bench/drivers_table.py results/drivers [--figure OUT.png]
+    python bench/drivers_table.py results/drivers [--figure OUT.png] [--versus fedavg]
+
+``--versus V`` adds each driver minus V on the same seed (a seed fixes the population, its
+availability and the initial model): the mean paired difference in final test mean and p90
+error with its 95 % t-interval.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> after collect")
     parser.add_argument("--figure", type=Path, help="draw final p90 against bytes here (PNG)")
+    parser.add_argument("--versus", help="a variant: paired differences per seed against it")
     args = parser.parse_args()
     runs = per_run(args.sweep_dir)
     front = pareto_front(runs)
@@ -58,9 +63,24 @@ def main() -> None:
                  ("gb", 2), ("secure_gb", 2), ("round_s", 1), ("aggregated", 1))]
         print(f"| {variant} | {part.height} | " + " | ".join(cells)
               + f" | {'yes' if variant in front else ''} |")
+    if args.versus:
+        print_paired(runs, order, args.versus)
     if args.figure:
         save_figure(plot_final_tail_vs_bytes(runs), args.figure)
         print(args.figure)
+
+
+def print_paired(runs: pl.DataFrame, order: list[str], versus: str) -> None:
+    """Each variant minus ``versus`` on the seeds both have: final test mean and p90."""
+    if versus not in order:
+        raise SystemExit(f"--versus: no variant {versus!r} in the runs ({', '.join(order)})")
+    base = runs.filter(pl.col("variant") == versus).select(
+        "seed", base_test_mean=pl.col("test_mean"), base_p90=pl.col("p90"))
+    print(f"\n| driver − {versus} | seeds | test mean | test p90 |\n|---|---|---|---|")
+    for variant in (v for v in order if v != versus):
+        pairs = runs.filter(pl.col("variant") == variant).join(base, on="seed")
+        cells = [ci((pairs[c] - pairs[f"base_{c}"]).to_numpy()) for c in ("test_mean", "p90")]
+        print(f"| {variant} | {pairs.height} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
