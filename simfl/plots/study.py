@@ -121,7 +121,8 @@ def _panel_grid(frame: pd.DataFrame, x: str, width: float,
     variants = order["variant"] if "variant" in frame and x != "variant" else [None]
     thetas = order["theta"] if "theta" in frame and x != "theta" \
         and frame["theta"].nunique() > 1 else [None]
-    fig = Figure(figsize=(width * len(variants), 3.6 * len(thetas) + 0.4), layout="constrained")
+    fig = Figure(figsize=(width * len(variants) + 2.4, 3.6 * len(thetas) + 0.4),  # + legend
+                 layout="constrained")
     panels, shared = [], None
     for row, theta in enumerate(thetas):
         for col, variant in enumerate(variants):
@@ -234,9 +235,10 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
     axis_of = rounds.group_by("run_id").agg(pl.col(a).first() for a in axes)
     by_driver = table["estimator"].n_unique() > 1  # then variants are drivers: lines
     in_line = [a for a in axes if a == "clients_per_round" or (a == "variant" and by_driver)]
+    name = pl.col("variant") if "variant" in in_line else pl.col("estimator")
     table = table.join(axis_of, on="run_id", how="left").with_columns(
-        pl.concat_str([pl.col("estimator"), *(pl.format(f", {a} {{}}", pl.col(a))
-                                              for a in in_line)]).alias("line"))
+        pl.concat_str([name, *(pl.format(f", {a} {{}}", pl.col(a))
+                               for a in in_line if a != "variant")]).alias("line"))
     divisor, unit = byte_unit(float(table["bytes_cum"].to_numpy().max(initial=0.0)))
     keys = [c for c in ("variant", "theta") if c in axes and c not in in_line]
     # the seeds of a line at each evaluation round: mean and sd of bytes and p90
@@ -257,7 +259,17 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
             ax.legend(fontsize="small")
         _label_outer(ax, f"cumulative communication, down + up ({unit})",
                      f"test error, {P90_LABEL}")
-    fig.suptitle("Communication vs tail error (mean ± sd over seeds)")
+    # the frame fits the evaluations after traffic began: the untrained model's error at
+    # zero bytes (near 1) would squash the differences between the lines
+    sent = frame[frame["traffic"] > 0]
+    low, high = (sent["p90"] - sent["p90_sd"]).min(), (sent["p90"] + sent["p90_sd"]).max()
+    clipped = len(sent) > 0 and bool((frame["p90"] > high).any())
+    if clipped:
+        pad = 0.05 * (high - low) or 0.01
+        panels[0][0].set_ylim(low - pad, high + pad)
+    fig.suptitle("Communication vs tail error (mean ± sd over seeds)"
+                 + ("\nthe untrained model's error, at zero bytes, is above the frame"
+                    if clipped else ""))
     return fig
 
 
