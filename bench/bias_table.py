@@ -6,6 +6,8 @@ bias rounds after the burn-in, simfl.plots.study.bias_rows).
     python -m simfl collect scenarios/study/bias_v2.sweep.toml
     python bench/bias_table.py results/bias_v2 [--online] [--by-day] [--estimators a,b]
     python bench/bias_table.py results/bias_week --pivot availability_bias
+    python bench/bias_table.py results/bias_week --pivot bias --across theta \
+        --estimators cohort_exact
 
 ``--online`` adds E_online − Q_pop (sampling + availability): the bias of the estimator on
 uniformly random cohorts of the devices online when the round opened, the part an
@@ -14,7 +16,8 @@ each run's bias rounds by simulated day (``t_s`` // 86,400 + 1; the burn-in stil
 for estimators whose quality changes as the days go by, such as IPW's estimated rates.
 ``--pivot COLUMN`` prints one quantity (bias, sampling_bias, availability_bias,
 selection_bias, conformity_gap, online: E_online − Q_pop) with a column per estimator: one
-row per cell of the sweep.
+row per cell of the sweep; ``--across theta`` makes the columns the θ values instead (with
+``--estimators`` naming one estimator, one row per variant and cohort size).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def main() -> None:
     parser.add_argument("--by-day", action="store_true", help="one row per simulated day")
     parser.add_argument("--estimators", help="comma-separated: only these estimators")
     parser.add_argument("--pivot", choices=(*COLUMNS, "online"),
-                        help="one quantity, a column per estimator")
+                        help="one quantity, a column per estimator (or per --across value)")
+    parser.add_argument("--across", default="estimator",
+                        help="with --pivot: the axis whose values are the columns (e.g. theta)")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
     if args.estimators:
@@ -56,7 +61,9 @@ def main() -> None:
         day=(pl.col("t_s") // 86400).cast(pl.Int64) + 1)
     per_run = rows.group_by(*keys, "seed").agg(pl.col(c).mean() for c in columns)
     if args.pivot:
-        print_pivot(per_run, keys[:-1], args.pivot)
+        if args.across not in keys:
+            parser.error(f"--across: not an axis of {args.sweep_dir}: {args.across}")
+        print_pivot(per_run, [k for k in keys if k != args.across], args.across, args.pivot)
         return
     print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
                             "conformity − θ"] + ["E_online − Q_pop"] * args.online) + " |")
@@ -67,17 +74,19 @@ def main() -> None:
         print("| " + " | ".join(cells + [ci(group[c].to_numpy()) for c in columns]) + " |")
 
 
-def print_pivot(per_run: pl.DataFrame, cell: tuple[str, ...], column: str) -> None:
-    """One row per cell (its seeds: the fewest any estimator has), a column per estimator."""
-    estimators = sorted(per_run["estimator"].unique())
-    print("| " + " | ".join([*cell, "seeds", *estimators]) + " |")
-    print("|" + "---|" * (len(cell) + 1 + len(estimators)))
+def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str) -> None:
+    """One row per cell (its seeds: the fewest any column has), a column per value of
+    ``across`` (the estimators, or a sweep axis such as θ, in descending order)."""
+    values = sorted(per_run[across].unique(), reverse=across != "estimator")
+    print("| " + " | ".join([*cell, "seeds", *(f"{across} {v}" if across != "estimator"
+                                                else str(v) for v in values)]) + " |")
+    print("|" + "---|" * (len(cell) + 1 + len(values)))
     for group in per_run.sort(*cell).partition_by(*cell, maintain_order=True):
         row = group.row(0, named=True)
-        by = {e: g[column].to_numpy()
-              for (e,), g in group.partition_by("estimator", as_dict=True).items()}
+        by = {v: g[column].to_numpy()
+              for (v,), g in group.partition_by(across, as_dict=True).items()}
         seeds = min(len(v) for v in by.values())
-        cells = [ci(by[e]) if e in by else "" for e in estimators]
+        cells = [ci(by[v]) if v in by else "" for v in values]
         print("| " + " | ".join([*(str(row[k]) for k in cell), str(seeds), *cells]) + " |")
 
 
