@@ -108,7 +108,8 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     assert sorted(set(bias["clients_per_round"])) == [4, 6]
     names = {p.name for p in plot_sweep(sweep.out_dir)}
     assert names == {"protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
-                     "online_bias_vs_cohort.png", "p90_vs_bytes_by_estimator.png"}
+                     "online_bias_vs_cohort.png", "decomposition_vs_cohort.png",
+                     "p90_vs_bytes_by_estimator.png"}
     # bench/archive_runs.py keeps what collect and the study tables need, in a run's layout
     path = tmp_path / "study.toml"
     subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(path),
