@@ -17,7 +17,10 @@ for estimators whose quality changes as the days go by, such as IPW's estimated 
 ``--pivot COLUMN`` prints one quantity (bias, sampling_bias, availability_bias,
 selection_bias, conformity_gap, online: E_online − Q_pop) with a column per estimator: one
 row per cell of the sweep; ``--across theta`` makes the columns the θ values instead (with
-``--estimators`` naming one estimator, one row per variant and cohort size).
+``--estimators`` naming one estimator, one row per variant and cohort size). ``--rounds``
+pools each cell's bias rounds over its seeds (mean and median conformity gap, share of
+rounds with η̂ above Q_pop); ``--largest-gap REF`` prints, per estimator, the largest
+difference of a run's mean bias from estimator REF's in the same run.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def main() -> None:
                         help="one quantity, a column per estimator (or per --across value)")
     parser.add_argument("--across", default="estimator",
                         help="with --pivot: the axis whose values are the columns (e.g. theta)")
+    parser.add_argument("--rounds", action="store_true",
+                        help="per cell, its seeds' bias rounds pooled: median conformity gap, "
+                             "share of rounds with the estimate above Q_pop")
+    parser.add_argument("--largest-gap", metavar="REF",
+                        help="per estimator, the largest |per-run mean bias - REF's| over runs")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
     if args.estimators:
@@ -59,6 +67,12 @@ def main() -> None:
     rows = bias_rows(bias).with_columns(
         online=pl.col("sampling_bias") + pl.col("availability_bias"),
         day=(pl.col("t_s") // 86400).cast(pl.Int64) + 1)
+    if args.rounds:
+        print_rounds(rows, list(keys))
+        return
+    if args.largest_gap:
+        print_largest_gap(rows, args.largest_gap)
+        return
     per_run = rows.group_by(*keys, "seed").agg(pl.col(c).mean() for c in columns)
     if args.pivot:
         if args.across not in keys:
@@ -72,6 +86,35 @@ def main() -> None:
         row = group.row(0, named=True)
         cells = [str(row[k]) for k in keys] + [str(group.height)]
         print("| " + " | ".join(cells + [ci(group[c].to_numpy()) for c in columns]) + " |")
+
+
+def print_rounds(rows: pl.DataFrame, keys: list[str]) -> None:
+    """Per cell, every seed's bias rounds after the burn-in pooled: how many, the mean and the
+    median conformity gap, and the share of rounds with η̂ above Q_pop (bias > 0)."""
+    table = rows.group_by(keys).agg(
+        pl.len().alias("rounds"), pl.col("conformity_gap").mean().alias("mean"),
+        pl.col("conformity_gap").median().alias("median"),
+        (pl.col("bias") > 0).mean().alias("above")).sort(keys)
+    print("| " + " | ".join([*keys, "rounds", "conformity − θ: mean", "median",
+                            "share with η̂ > Q_pop"]) + " |")
+    print("|" + "---|" * (len(keys) + 4))
+    for row in table.iter_rows(named=True):
+        print("| " + " | ".join([*(str(row[k]) for k in keys), str(row["rounds"]),
+                                f"{row['mean']:+.3f}", f"{row['median']:+.3f}",
+                                f"{row['above']:.2f}"]) + " |")
+
+
+def print_largest_gap(rows: pl.DataFrame, reference: str) -> None:
+    """Per estimator, the largest |mean bias of a run − the reference estimator's in the
+    same run| over every run (shadows see the same cohorts, so equal keep sets give 0)."""
+    per_run = rows.group_by("run_id", "estimator").agg(pl.col("bias").mean())
+    ref = per_run.filter(pl.col("estimator") == reference).select("run_id", ref="bias")
+    gaps = (per_run.filter(pl.col("estimator") != reference).join(ref, on="run_id")
+            .group_by("estimator").agg((pl.col("bias") - pl.col("ref")).abs().max().alias("gap"),
+                                       pl.len().alias("runs")).sort("estimator"))
+    for row in gaps.iter_rows(named=True):
+        print(f"{row['estimator']}: largest |run mean bias - {reference}'s| over "
+              f"{row['runs']} runs = {row['gap']:.5f}")
 
 
 def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str) -> None:
