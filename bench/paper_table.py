@@ -25,7 +25,9 @@ FedAvg-Sub (ConvNet only). ``../shared/papers/`` has both.
 difference in 90th-percentile and mean test error paired by seed (a seed fixes
 the writers kept, the held-out half and the initial model, so the rules of one
 seed share them), its mean with a 95% t-interval, and the paired t-test's p.
-``--also`` adds the runs of another sweep of the same model (e.g. the baselines).
+``--also`` adds the runs of another sweep of the same model (e.g. the baselines); a
+variant whose name an earlier sweep already has is called ``<its sweep's name>/<variant>``
+(``--versus paper_linear_batch32/fedavg``), so two protocols' runs are never pooled.
 
 The papers' AFL row is q-FFL with q = 10 ("We use q-FFL with q = 10 in place of
 AFL", workshop paper, Baselines): simfl's ``qffl_10`` variant is set beside it, and
@@ -50,7 +52,7 @@ from scipy import stats
 from simfl.plots import save_figure
 from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule
 from simfl.scenario import load_scenario
-from simfl.sweep import is_complete, load_sweep
+from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
 
 PAPER_SEEDS = 5
 # (model, variant) -> ((p90 mean, std), (mean mean, std)), test error in %.
@@ -131,10 +133,10 @@ def main() -> None:
     args = parser.parse_args()
     sweep = load_sweep(args.sweep)
     model = load_scenario(sweep.scenario, sweep.runs[0].overrides).model.name
-    runs = [run for path in (args.sweep, *args.also) for run in load_sweep(path).runs]
+    runs = variant_keys([load_sweep(path) for path in (args.sweep, *args.also)])
     places = args.results or [Path("results"), Path("docs/runs")]
     rows, errors = [], []
-    for run in runs:
+    for key, run in runs:
         # A sweep's run directory is <results>/<sweep name>/<run id>: look in every place.
         run_dir = next((d / run.run_dir.parent.name / run.run_id for d in places
                         if is_complete(d / run.run_dir.parent.name / run.run_id)), None)
@@ -146,7 +148,7 @@ def main() -> None:
         last = evals.filter((pl.col("split") == "test") & (pl.col("round") == evals["round"].max()))
         error, counts = last["error"].to_numpy(), last["num_samples"].to_numpy()
         weighted = float(error @ counts / counts.sum())
-        rows.append({"variant": run.params.get("variant", ""), "seed": run.params["seed"],
+        rows.append({"variant": key, "seed": run.params["seed"],
                      "label": rule_label(manifest["scenario"]),
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
                      "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})
@@ -163,13 +165,14 @@ def main() -> None:
     print("| rule | runs | p90: simfl | paper | p | mean: simfl | paper | p "
           "| sample-weighted mean | wall time per run |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    order = list(dict.fromkeys(r.params.get("variant", "") for r in runs))
+    order = list(dict.fromkeys(key for key, _ in runs))
     for variant in order:
         part = table.filter(pl.col("variant") == variant)
         if part.height == 0:
             continue
         p90, mean, wmean, wall = (part[c].to_numpy() for c in ("p90", "mean", "wmean", "wall_s"))
-        paper = PAPER.get((model, SAME_CELL.get(variant, variant)))
+        rule = variant.rsplit("/", 1)[-1]
+        paper = PAPER.get((model, SAME_CELL.get(rule, rule)))
         print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall.mean() / 60:.1f} min |")
@@ -186,6 +189,18 @@ def main() -> None:
         if out:
             save_figure(draw(first, f"{sweep.name}: {what}"), out)
             print(out)
+
+
+def variant_keys(sweeps: list[Sweep]) -> list[tuple[str, SweepRun]]:
+    """(key, run) for every run of the sweeps: the key is the run's variant, or
+    ``<sweep name>/<variant>`` where an earlier sweep already has that variant."""
+    keyed: list[tuple[str, SweepRun]] = []
+    for sweep in sweeps:
+        earlier = {key for key, _ in keyed}
+        for run in sweep.runs:
+            variant = str(run.params.get("variant", ""))
+            keyed.append((f"{sweep.name}/{variant}" if variant in earlier else variant, run))
+    return keyed
 
 
 def versus(table: pl.DataFrame, reference: str, order: list[str]) -> None:

@@ -15,10 +15,10 @@ ROOT = Path(__file__).parents[1]
 KEPT = ROOT / "docs" / "runs" / "paper_linear"
 
 
-def kept(variant: str) -> dict[int, dict[str, float]]:
+def kept(variant: str, sweep: Path = KEPT) -> dict[int, dict[str, float]]:
     """seed -> the final test figures (in %) of the kept runs of ``variant``."""
     out = {}
-    for manifest in sorted(KEPT.glob(f"variant={variant},seed=*/manifest.json")):
+    for manifest in sorted(sweep.glob(f"variant={variant},seed=*/manifest.json")):
         test = json.loads(manifest.read_text())["summary"]["test"]
         seed = int(manifest.parent.name.rsplit("=", 1)[1])
         out[seed] = {"p90": 100 * test["p90"], "mean": 100 * test["mean"]}
@@ -39,3 +39,23 @@ def test_paper_table_cells_equal_the_kept_manifests() -> None:
     seeds = sorted(set(fedavg) & set(deltafl))
     diff = np.mean([deltafl[s]["p90"] - fedavg[s]["p90"] for s in seeds])
     assert f"| Δ-FL θ = 0.5 | {', '.join(map(str, seeds))} | {diff:+.2f} [" in out
+
+
+BATCH32 = ROOT / "docs" / "runs" / "paper_linear_batch32"
+
+
+@pytest.mark.skipif(len(kept("fedavg")) < 2 or len(kept("fedavg", BATCH32)) < 2,
+                    reason="needs kept paper runs in docs/runs")
+def test_a_second_sweeps_variant_of_the_same_name_is_kept_apart() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+         "scenarios/paper/linear.sweep.toml", "--also", "scenarios/paper/linear_batch32.sweep.toml",
+         "--versus", "paper_linear_batch32/fedavg", "--results", "docs/runs"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    b10, b32 = kept("fedavg"), kept("fedavg", BATCH32)
+    for label, runs in (("FedAvg", b10), ("FedAvg, batch 32", b32)):
+        p90 = np.array([run["p90"] for run in runs.values()])
+        assert f"| {label} | {len(p90)} | {p90.mean():.2f} ± {p90.std(ddof=1):.2f} |" in out
+    seeds = sorted(set(b10) & set(b32))  # each seed paired once, not once per pair of runs
+    diff = np.mean([b10[s]["p90"] - b32[s]["p90"] for s in seeds])
+    assert f"| FedAvg | {', '.join(map(str, seeds))} | {diff:+.2f} [" in out
