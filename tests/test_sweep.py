@@ -342,6 +342,10 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     assert lines[0].startswith("variant=always,clients_per_round=4,seed=0  complete  4/4 rounds")
     assert lines[1].startswith("variant=diurnal,clients_per_round=4,seed=0  killed  2/4 rounds")
     assert lines[2] == "variant=always,clients_per_round=4,seed=1  not started  0/4 rounds"
+    wall = status["wall_s"][0] + status["wall_s"][1]  # the complete run's and the killed one's
+    assert lines[-1] == (f"{sweep.name}: 1 of 4 runs complete, 6 of 16 rounds done (37.5 %) in "
+                         f"{wall / 60:.1f} min of run time; at that pace the 10 rounds left "
+                         f"take about {wall / 6 * 10 / 60:.1f} min of one process")
 
     # Kept copies (bench/archive_runs.py, e.g. docs/runs): a run not complete here but
     # complete there is "archived", with the kept run's figures; a run complete here is
