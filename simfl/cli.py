@@ -17,12 +17,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simfl.errors import InputError, RunFailed
-
-if TYPE_CHECKING:
-    import polars as pl
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
@@ -333,7 +330,15 @@ def check_output_file(path: Path, overwrite: bool) -> None:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import BUSY, collect, kept_copy, load_sweep, run_statuses, run_sweep
+    from simfl.sweep import (
+        BUSY,
+        collect,
+        kept_copy,
+        load_sweep,
+        run_statuses,
+        run_sweep,
+        sweep_progress,
+    )
 
     sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
     if command == "sweep" and args.status:
@@ -343,7 +348,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             test = ("" if r["test_mean"] != r["test_mean"]  # NaN: no evaluation yet
                     else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")
             print(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}")
-        print(_sweep_progress(sweep.name, where))
+        print(sweep_progress(sweep.name, where))
         return 0
     if command == "sweep":
         from simfl.checkpoint import RunInterrupted
@@ -396,25 +401,3 @@ def _drfl(args: argparse.Namespace) -> int:
         print(path)
     print(summary_table(tables["accuracy"]))
     return 0
-
-
-def _sweep_progress(name: str, statuses: pl.DataFrame) -> str:
-    """One line: runs complete, rounds done, run time so far and, at that pace (wall
-    seconds per round over every round done), the run time of the rounds left."""
-    import polars as pl
-
-    done = statuses["status"].is_in(["complete", "archived"]).sum()
-    rounds, total = int(statuses["rounds"].sum()), int(statuses["num_rounds"].sum())
-    worked = statuses.filter(pl.col("rounds") > 0)
-    wall = float(worked["wall_s"].fill_null(0.0).sum())
-    line = (f"{name}: {done} of {statuses.height} runs complete, {rounds} of {total} rounds "
-            f"done ({100 * rounds / total:.1f} %) in {_duration(wall)} of run time")
-    if rounds and wall and rounds < total:
-        line += (f"; at that pace the {total - rounds} rounds left take about "
-                 f"{_duration(wall / rounds * (total - rounds))} of one process")
-    return line
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
-

@@ -252,6 +252,25 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
                                       "test_p90": pl.Float64})
 
 
+
+def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
+    """One line from :func:`run_statuses`' table: runs complete, rounds done, run time so
+    far and, at that pace (wall seconds per round over every round done), the run time of
+    the rounds left."""
+    done = statuses["status"].is_in(["complete", "archived"]).sum()
+    rounds, total = int(statuses["rounds"].sum()), int(statuses["num_rounds"].sum())
+    wall = float(statuses.filter(pl.col("rounds") > 0)["wall_s"].fill_null(0.0).sum())
+    line = (f"{name}: {done} of {statuses.height} runs complete, {rounds} of {total} rounds "
+            f"done ({100 * rounds / total:.1f} %) in {_duration(wall)} of run time")
+    if rounds and wall and rounds < total:
+        line += (f"; at that pace the {total - rounds} rounds left take about "
+                 f"{_duration(wall / rounds * (total - rounds))} of one process")
+    return line
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
 def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
     """Whether the run in ``run_dir`` was started from ``scenario`` (as its manifest says)."""
     started = manifest_or_empty(run_dir).get("scenario")
