@@ -197,8 +197,9 @@ def _build(scenario: Scenario) -> _Built:
     data = load_data(scenario.data, streams).to(device)
     check_feasible(scenario, data)
     dtype = getattr(torch, scenario.train.dtype)
-    model = build_model(scenario.model.name, data.input_shape, data.num_classes).to(device)
-    params = initial_params(model, streams.seed("init"), dtype).to(device)
+    model = build_model(scenario.model.name, data.input_shape, data.num_classes,
+                        scenario.model.bias).to(device)
+    params = initial_params(model, streams.seed("init"), dtype, scenario.model.init).to(device)
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
                      streams)
     learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))

@@ -95,6 +95,11 @@ class DataConfig:
 class ModelConfig:
     name: Literal["linear", "convnet", "gru"] = "linear"  # gru: Shakespeare's character model
     l2: float = _f(0.0, NON_NEGATIVE)  # (l2 / 2) * ||w||^2 added to every local loss
+    # Linear only, for the authors' model (krishnap25/simplicial-fl: scores x·W from W = 0):
+    # bias = false drops the intercept; init = "zeros" starts every parameter at 0 instead
+    # of PyTorch's seeded default (docs/reproduction.md, "Checked against the authors' code").
+    bias: bool = True
+    init: Literal["pytorch", "zeros"] = "pytorch"
 
 
 @dataclass(frozen=True)
@@ -485,6 +490,10 @@ def _check_relations(scenario: Scenario, source: str) -> None:
         raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' rescales FEMNIST images "
                          f"itself: it needs 'data.dataset' femnist or leaf (got "
                          f"{data.dataset!r}) and 'data.standardise' = false")
+    model = scenario.model
+    if model.name != "linear" and (not model.bias or model.init != "pytorch"):
+        raise InputError(f"{source}: 'model.bias' = false and 'model.init' = 'zeros' are for "
+                         f"the linear model only (got 'model.name' = {model.name!r})")
     _check_meaning(scenario, source)
 
 

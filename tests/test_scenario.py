@@ -68,6 +68,11 @@ def write(tmp_path: Path, text: str) -> Path:
      "'data.pixel_scaling' = 'authors' rescales FEMNIST images itself"),
     ("[data]\npixel_scaling = \"authors\"\nstandardise = false\n",
      "needs 'data.dataset' femnist or leaf (got 'synthetic')"),
+    ("[model]\nname = \"convnet\"\ninit = \"zeros\"\n",
+     "are for the linear model only (got 'model.name' = 'convnet')"),
+    ("[model]\nname = \"gru\"\nbias = false\n",
+     "are for the linear model only (got 'model.name' = 'gru')"),
+    ("[model]\ninit = \"ones\"\n", "'model.init'"),
 ])
 def test_bad_scenarios_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
     with pytest.raises(InputError) as info:

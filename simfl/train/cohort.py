@@ -299,28 +299,30 @@ def _linear_sgd_step(hp: TrainHParams):  # noqa: ANN202
 
     With logits z = x Wᵀ + b, masked weights ω_i = mask_i / max(Σ mask, 1) and
     G = ω ⊙ (softmax(z) − onehot(y)), the data loss's gradient is (Gᵀx, Σ_i G_i); ℓ2
-    adds l2·W and FedProx μ(W − W_t). Tested equal to the autograd loop in float64
-    (tests/train/test_cohort.py).
+    adds l2·W and FedProx μ(W − W_t); a model without a bias has z = x Wᵀ and only W.
+    Tested equal to the autograd loop in float64 (tests/train/test_cohort.py).
     """
     decay = hp.l2 + hp.prox_mu
 
     def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
-        weight, bias = params["fc.weight"], params["fc.bias"]  # (m, C, D), (m, C)
+        weight, bias = params["fc.weight"], params.get("fc.bias")  # (m, C, D), (m, C)
         x = x.flatten(start_dim=2)  # (m, B, D)
-        logits = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))  # (m, B, C)
+        logits = (torch.bmm(x, weight.transpose(1, 2)) if bias is None  # (m, B, C)
+                  else torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)))
         log_p = torch.log_softmax(logits, dim=2)
         w = mask.to(x.dtype)
         w = w / w.sum(dim=1, keepdim=True).clamp(min=1)  # (m, B)
         nll = -log_p.gather(2, y.unsqueeze(2)).squeeze(2)
         g = log_p.exp().scatter_add_(2, y.unsqueeze(2), -torch.ones_like(nll).unsqueeze(2))
         g.mul_(w.unsqueeze(2))  # (m, B, C): d(data loss) / d(logits)
-        g_bias = g.sum(dim=1)
         # W ← (1 − lr·decay) W − lr Gᵀx + lr μ W_t, the product fused with the decay
         weight.baddbmm_(g.transpose(1, 2), x, beta=1 - hp.lr * decay, alpha=-hp.lr)
-        bias.mul_(1 - hp.lr * decay).sub_(g_bias, alpha=hp.lr)
         if hp.prox_mu > 0:
             weight.add_(global_params["fc.weight"], alpha=hp.lr * hp.prox_mu)
-            bias.add_(global_params["fc.bias"], alpha=hp.lr * hp.prox_mu)
+        if bias is not None:
+            bias.mul_(1 - hp.lr * decay).sub_(g.sum(dim=1), alpha=hp.lr)
+            if hp.prox_mu > 0:
+                bias.add_(global_params["fc.bias"], alpha=hp.lr * hp.prox_mu)
         return (nll * w).sum(dim=1)
 
     return step

@@ -19,11 +19,12 @@ from torch import nn
 
 
 class LinearSoftmax(nn.Module):
-    """Multinomial logistic regression: flatten, then one affine map to the logits."""
+    """Multinomial logistic regression: flatten, then one affine map to the logits
+    (``bias=False``: a linear one, x·Wᵀ, the authors' model in krishnap25/simplicial-fl)."""
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, bias: bool = True) -> None:
         super().__init__()
-        self.fc = nn.Linear(math.prod(input_shape), num_classes)
+        self.fc = nn.Linear(math.prod(input_shape), num_classes, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x.flatten(start_dim=1))
@@ -94,7 +95,13 @@ class CharGRU(nn.Module):
 MODELS = {"linear": LinearSoftmax, "convnet": ConvNet, "gru": CharGRU}
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
+                bias: bool = True) -> nn.Module:
+    """The model ``name``; ``bias=False`` (linear only) drops the linear model's intercept."""
+    if name == "linear":
+        return LinearSoftmax(input_shape, num_classes, bias=bias)
+    if not bias:
+        raise ValueError(f"bias=False is for the linear model, not {name!r}")
     return MODELS[name](input_shape, num_classes)
 
 
@@ -128,10 +135,14 @@ class ParamLayout:
         return torch.cat([params[n].flatten(start_dim=lead_dims) for n in self.names], dim=-1)
 
 
-def initial_params(module: nn.Module, seed: int, dtype: torch.dtype) -> torch.Tensor:
-    """A flat (P,) parameter vector from PyTorch's default initialisation, seeded explicitly."""
-    generator = torch.Generator().manual_seed(seed)
+def initial_params(module: nn.Module, seed: int, dtype: torch.dtype,
+                   init: str = "pytorch") -> torch.Tensor:
+    """A flat (P,) parameter vector from PyTorch's default initialisation, seeded explicitly;
+    ``init="zeros"``: all zeros (the authors' linear model starts at W = 0)."""
     layout = ParamLayout.of(module)
+    if init == "zeros":
+        return torch.zeros(layout.numel, dtype=dtype)
+    generator = torch.Generator().manual_seed(seed)
     shapes = dict(zip(layout.names, layout.shapes, strict=True))
     flat = []
     for name, shape in shapes.items():

@@ -80,6 +80,28 @@ def test_one_full_batch_step_is_hand_written_gradient_descent() -> None:
         torch.testing.assert_close(result.deltas[0], -lr * grad, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("mu", [0.0, 0.5])
+def test_linear_without_bias_batched_equals_loop_and_hand_written_step(mu: float) -> None:
+    """The authors' linear model (scores x·Wᵀ, W = 0 at start): the closed-form batched step
+    equals the autograd loop, and one full-batch step is w' = w − lr ∇[CE + l2/2 |w|²]."""
+    data = make_cohort(SIZES, (20,), num_classes=5)
+    model = build_model("linear", (20,), 5, bias=False)
+    params = initial_params(model, seed=1, dtype=torch.float64, init="zeros")
+    assert params.shape == (100,) and not params.any()
+    seeds = [100 + k for k in range(len(SIZES))]
+    hp = {b: TrainHParams(2, 16, 0.3, 1e-2, mu, b) for b in ("batched", "loop")}
+    a, b = (train_cohort(model, params, data, hp[k], seeds) for k in ("batched", "loop"))
+    assert ((a.deltas - b.deltas).norm(dim=1) / b.deltas.norm(dim=1)).max().item() <= 1e-12
+    one = make_cohort([12], (4,), num_classes=3)
+    small = build_model("linear", (4,), 3, bias=False)
+    w0 = initial_params(small, seed=0, dtype=torch.float64)  # (12,): no bias entries
+    result = train_cohort(small, w0, one, TrainHParams(1, 12, 0.5, 0.1, 0.0, "batched"), [0])
+    probs = torch.softmax(one.x @ w0.view(3, 4).T, dim=1)
+    residual = (probs - torch.nn.functional.one_hot(one.y, 3)) / 12
+    grad = (residual.T @ one.x).flatten() + 0.1 * w0
+    torch.testing.assert_close(result.deltas[0], -0.5 * grad, rtol=1e-12, atol=1e-14)
+
+
 def test_prox_term_pulls_towards_the_global_model() -> None:
     data = make_cohort([40, 40], (10,), num_classes=4)
     model = build_model("linear", (10,), 4)
