@@ -42,7 +42,7 @@ import polars as pl
 from simfl.errors import InputError, RunBusy, RunFailed
 from simfl.metrics import error_summary
 from simfl.records import manifest_or_empty, read_table
-from simfl.scenario import Scenario, is_plain_name, load_scenario, to_dict
+from simfl.scenario import Scenario, from_dict, is_plain_name, load_scenario
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
 RAY_KEYS = {"address", "num_cpus", "num_gpus"}
@@ -272,9 +272,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
-    """Whether the run in ``run_dir`` was started from ``scenario`` (as its manifest says)."""
+    """Whether the run in ``run_dir`` was started from ``scenario`` (as its manifest says).
+    The manifest's scenario is read as ``resume`` reads it, so a key that simfl gained
+    after the run started takes its default (which keeps the old behaviour) and does not
+    make the sweep start the run again from round 0."""
     started = manifest_or_empty(run_dir).get("scenario")
-    return bool(started == json.loads(json.dumps(to_dict(scenario))))
+    if not isinstance(started, dict):
+        return False
+    try:
+        return from_dict(started, source=str(run_dir / "manifest.json")) == scenario
+    except InputError:  # a key simfl no longer has, or a value it no longer takes
+        return False
 
 
 BUSY = "skipped: another process is working on it"  # the status of a run left to it

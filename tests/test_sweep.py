@@ -360,3 +360,46 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     assert main(["sweep", str(path), "--status", "--archived", str(archive)]) == 0
     assert capsys.readouterr().out.splitlines()[2].startswith(
         "variant=always,clients_per_round=4,seed=1  archived  4/4 rounds")
+
+
+@pytest.mark.parametrize("edit, resumed", [
+    ("drop keys simfl gained later", True),  # the run predates model.bias and model.init
+    ("another lr", False),
+])
+def test_an_interrupted_run_resumes_unless_its_scenario_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str, resumed: bool) -> None:
+    """A sweep goes on with an interrupted run from its checkpoint when the run's manifest
+    holds the scenario the sweep asks for, read with the defaults of keys added since it
+    started; a run of another scenario starts again from round 0."""
+    import os
+    import signal
+
+    from simfl import checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, 'scenario = "base.toml"\nname = "s"\nseeds = [0]\n')
+    (tmp_path / "base.toml").write_text(SCENARIO + "[run]\ncheckpoint_every = 1\n")
+    train = Learner.train
+
+    def interrupt_round_2(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        if round_idx == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return train(self, round_idx, client_idx)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Learner, "train", interrupt_round_2)
+        patch.setattr(checkpoint, "STOP_GRACE_S", 60.0)  # the round ends, however loaded
+        assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 130
+    run_dir = load_sweep(path).runs[0].run_dir
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    if resumed:
+        for key in ("bias", "init"):
+            del manifest["scenario"]["model"][key]
+    else:
+        manifest["scenario"]["train"]["lr"] = 0.5
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
+    final = json.loads((run_dir / "manifest.json").read_text())
+    assert final["status"] == "complete" and final["scenario"]["train"]["lr"] == 0.05
+    assert [r["from_round"] for r in final.get("resumes", [])] == ([3] if resumed else [])
