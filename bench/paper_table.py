@@ -79,7 +79,8 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
 }
 # Variants that change one setting of a rule, set beside that rule's paper cell
 # (linear_authors_code.sweep.toml: FedAvg with one choice of the authors' code).
-SAME_CELL = {"fedavg_authors_pixels": "fedavg", "fedavg_batch_32": "fedavg"}
+SAME_CELL = {"fedavg_authors_pixels": "fedavg", "fedavg_batch_32": "fedavg",
+             "fedavg_authors_model": "fedavg"}
 PAPER_BATCH = {"linear": 10, "convnet": 16}  # App. C.2.2's mini-batch sizes
 
 
@@ -92,10 +93,12 @@ def rule_label(scenario: dict) -> str:
             "fedprox": "FedProx (μ = {mu:g})", "qffl": "q-FFL (q = {q:g})",
             "term": "TERM (tilt {tilt:g})", "afl": "AFL (λ step {lambda_step:g})"}.get(name, name)
     authors = scenario["data"].get("pixel_scaling") == "authors"
+    model = scenario["model"]
+    no_bias, zeros = not model.get("bias", True), model.get("init") == "zeros"
     batch = scenario["train"]["batch_size"]
-    other_batch = batch != PAPER_BATCH.get(scenario["model"]["name"], batch)
+    other_batch = batch != PAPER_BATCH.get(model["name"], batch)
     return (knob.format(**aggregator) + ", the authors' pixel scaling" * authors
-            + f", batch {batch}" * other_batch)
+            + ", no bias" * no_bias + ", from W = 0" * zeros + f", batch {batch}" * other_batch)
 
 
 def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:

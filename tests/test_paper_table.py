@@ -59,3 +59,19 @@ def test_a_second_sweeps_variant_of_the_same_name_is_kept_apart() -> None:
     seeds = sorted(set(b10) & set(b32))  # each seed paired once, not once per pair of runs
     diff = np.mean([b10[s]["p90"] - b32[s]["p90"] for s in seeds])
     assert f"| FedAvg | {', '.join(map(str, seeds))} | {diff:+.2f} [" in out
+
+
+def test_rule_labels_name_what_differs_from_the_papers_protocol() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from paper_table import rule_label
+
+    def scenario(**model: object) -> dict:
+        return {"aggregator": {"name": "deltafl", "theta": 0.5}, "data": {},
+                "model": {"name": "linear", **model}, "train": {"batch_size": 10}}
+
+    assert rule_label(scenario()) == "Δ-FL θ = 0.5"  # a manifest from before model.bias/init
+    assert rule_label(scenario(bias=True, init="pytorch")) == "Δ-FL θ = 0.5"
+    assert rule_label(scenario(bias=False, init="zeros")) == "Δ-FL θ = 0.5, no bias, from W = 0"
+    assert rule_label(scenario(bias=False)) == "Δ-FL θ = 0.5, no bias"
+    batch32 = {**scenario(init="zeros"), "train": {"batch_size": 32}}
+    assert rule_label(batch32) == "Δ-FL θ = 0.5, from W = 0, batch 32"
