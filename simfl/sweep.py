@@ -252,7 +252,6 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
                                       "test_p90": pl.Float64})
 
 
-
 def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
     """One line from :func:`run_statuses`' table: runs complete, rounds done, run time so
     far and, at that pace (wall seconds per round over every round done), the run time of
@@ -270,6 +269,7 @@ def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
 
 def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
     """Whether the run in ``run_dir`` was started from ``scenario`` (as its manifest says).
