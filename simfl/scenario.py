@@ -266,7 +266,7 @@ class AvailabilityConfig:
     session_mean_s: float = _f(3600.0, POSITIVE)  # mean length of an online session
     horizon_s: float = _f(7 * 86400.0, POSITIVE)  # diurnal: simulated time precomputed
     log_intervals: bool = False  # also write availability_intervals.parquet
-    trace_path: str = ""  # trace: Parquet/CSV with columns device, t_on_s, t_off_s
+    trace_path: str = ""  # trace: Parquet/CSV with columns client_idx, t_on_s, t_off_s
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from simfl.aggregate import Aggregator, Combined, RoundInputs, make_aggregator
 from simfl.cli import main
 from simfl.data import FederatedData, load_data
 from simfl.plots.runs import plot_run
+from simfl.plots.study import plot_run_bias
 from simfl.records import PARTS_DIR, read_table
 from simfl.rng import Streams
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
@@ -387,6 +388,9 @@ def test_an_interrupted_run_plots_from_its_parts(interrupted: Path, copy_of: Any
     assert not (out / "rounds.parquet").exists()
     written = {p.name for p in plot_run(out)}
     assert {"error_vs_rounds.png", "round_durations.png"} <= written
+    assert not (out / "bias.parquet").exists()  # Δ-FL's estimates are in parts/bias
+    assert [p.name for p in plot_run_bias(out)] == ["threshold_estimates.png",
+                                                  "bias_decomposition.png"]
 
 
 def test_a_journal_gives_back_answers_in_order_or_raises() -> None:

@@ -24,7 +24,7 @@ from matplotlib.ticker import NullFormatter
 
 from simfl.plots import new_axes, save_figure
 from simfl.plots.runs import P90_LABEL, byte_unit, tail_vs_bytes
-from simfl.records import PLOTS_DIR
+from simfl.records import PLOTS_DIR, read_table, table_exists
 
 RUN_KEYS = ("run_id",)
 BURN_IN_FRACTION = 0.2
@@ -300,9 +300,9 @@ def plot_sweep(out_dir: Path) -> list[Path]:
 
 
 def plot_run_bias(run_dir: Path) -> list[Path]:
-    """One run's threshold-estimate figure, when it logged estimates."""
-    path = Path(run_dir) / "bias.parquet"
-    bias = pl.read_parquet(path) if path.is_file() else pl.DataFrame()
+    """One run's threshold-estimate figure, when it logged estimates (merged, or in the
+    parts of an unfinished run)."""
+    bias = read_table(run_dir, "bias") if table_exists(run_dir, "bias") else pl.DataFrame()
     if bias.height == 0:
         return []
     out = Path(run_dir) / PLOTS_DIR
