@@ -139,6 +139,7 @@ def main() -> None:
     runs = variant_keys([load_sweep(path) for path in (args.sweep, *args.also)])
     places = args.results or [Path("results"), Path("docs/runs")]
     rows, errors = [], []
+    scenarios: dict[str, dict] = {}  # variant -> the scenario of its first complete run
     for key, run in runs:
         # A sweep's run directory is <results>/<sweep name>/<run id>: look in every place.
         run_dir = next((d / run.run_dir.parent.name / run.run_id for d in places
@@ -151,6 +152,7 @@ def main() -> None:
         last = evals.filter((pl.col("split") == "test") & (pl.col("round") == evals["round"].max()))
         error, counts = last["error"].to_numpy(), last["num_samples"].to_numpy()
         weighted = float(error @ counts / counts.sum())
+        scenarios.setdefault(key, manifest["scenario"])
         rows.append({"variant": key, "seed": run.params["seed"],
                      "label": rule_label(manifest["scenario"]),
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
@@ -161,6 +163,8 @@ def main() -> None:
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
+    labels = distinguish(dict(zip(table["variant"], table["label"], strict=True)), scenarios)
+    table = table.with_columns(pl.col("variant").replace_strict(labels).alias("label"))
     print(f"{sweep.name} ({model}): {table.height} complete runs of {len(runs)}; "
           f"devices: {', '.join(sorted(set(table['device'])))}")
     print("Test error in %, mean ± std over seeds; p: Welch's t-test against the paper "
@@ -192,6 +196,33 @@ def main() -> None:
         if out:
             save_figure(draw(first, f"{sweep.name}: {what}"), out)
             print(out)
+
+
+def distinguish(labels: dict[str, str], scenarios: dict[str, dict]) -> dict[str, str]:
+    """Labels (variant -> label) with the settings that tell apart variants sharing a
+    label (e.g. the same rule in two sweeps): ", model.l2 = 1e-06". Only settings
+    present in all their manifests count (a key added to simfl later is absent from
+    older manifests, not different)."""
+    out = dict(labels)
+    for label in {v for v in labels.values() if list(labels.values()).count(v) > 1}:
+        same = [variant for variant, name in labels.items() if name == label]
+        flat = {variant: _flatten(scenarios[variant]) for variant in same}
+        keys = sorted(set.intersection(*(set(f) for f in flat.values())) - {"seed"})
+        differ = [k for k in keys if len({repr(flat[v][k]) for v in same}) > 1]
+        for variant in same:
+            out[variant] = label + "".join(f", {k} = {flat[variant][k]}" for k in differ)
+    return out
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    """{"model": {"l2": 1e-6}} -> {"model.l2": 1e-6}."""
+    flat: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def variant_keys(sweeps: list[Sweep]) -> list[tuple[str, SweepRun]]:

@@ -75,3 +75,16 @@ def test_rule_labels_name_what_differs_from_the_papers_protocol() -> None:
     assert rule_label(scenario(bias=False)) == "Δ-FL θ = 0.5, no bias"
     batch32 = {**scenario(init="zeros"), "train": {"batch_size": 32}}
     assert rule_label(batch32) == "Δ-FL θ = 0.5, from W = 0, batch 32"
+
+
+def test_rows_sharing_a_label_are_told_apart_by_the_settings_that_differ() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from paper_table import distinguish
+
+    old = {"seed": 0, "model": {"l2": 1e-4}, "train": {"lr": 1.0}}  # before model.bias
+    new = {"seed": 1, "model": {"l2": 1e-6, "bias": True}, "train": {"lr": 1.0}}
+    other = {"seed": 0, "model": {"l2": 1e-5}, "train": {"lr": 1.0}}
+    labels = {"deltafl_0_5": "Δ-FL θ = 0.5", "b/deltafl_0_5": "Δ-FL θ = 0.5", "fedavg": "FedAvg"}
+    got = distinguish(labels, {"deltafl_0_5": old, "b/deltafl_0_5": new, "fedavg": other})
+    assert got == {"deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 0.0001",
+                   "b/deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 1e-06", "fedavg": "FedAvg"}
