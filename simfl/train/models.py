@@ -46,9 +46,26 @@ class ConvNet(nn.Module):
         self.fc = nn.Linear(1024, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = relu_max_pool(self.conv1(x))
+        x = relu_max_pool(self.conv2(x))
         return self.fc(x.flatten(start_dim=1))
+
+
+def relu_max_pool(x: torch.Tensor) -> torch.Tensor:
+    """ReLU, then 2×2 max-pool with stride 2, of (..., H, W) with H and W even.
+
+    Training (autograd on) uses ``torch.max_pool2d``, whose backward routes each
+    gradient to one input. Evaluation without autograd on a CPU, where that kernel's
+    NCHW path is slow (it took 38 % of a batch-256 ConvNet forward pass here), takes
+    the ReLU of the maximum of the four strided quarter-views instead: the same values
+    (ReLU is monotone and a maximum is exact) in 2.6× less time for a whole evaluation
+    (bench/convnet_eval.py, which checks the equality on FEMNIST devices).
+    """
+    if torch.is_grad_enabled() or x.device.type != "cpu":
+        return torch.max_pool2d(torch.relu(x), 2)
+    top, bottom = x[..., ::2, :], x[..., 1::2, :]
+    rows = torch.maximum(top, bottom)
+    return torch.relu(torch.maximum(rows[..., ::2], rows[..., 1::2]))
 
 
 class CharGRU(nn.Module):

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from simfl.train.evaluate import evaluate_cohort
-from simfl.train.models import build_model, initial_params
+from simfl.train.models import build_model, initial_params, relu_max_pool
 from tests.conftest import make_cohort
 
 
@@ -31,3 +31,20 @@ def test_per_client_loss_and_error_match_a_loop() -> None:
         np.testing.assert_allclose(result.losses[k], loss, rtol=1e-12)
         np.testing.assert_allclose(result.errors[k], error, rtol=1e-12)
     np.testing.assert_array_equal(result.num_samples, sizes)
+
+
+def test_the_evaluation_pooling_gives_max_pool2d_s_values_exactly() -> None:
+    """Without autograd on a CPU, relu_max_pool takes a strided maximum instead of
+    max_pool2d (faster); its values are the same to the bit, ties, zeros and all-negative
+    windows included, and so are the ConvNet's logits."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 32, 24, 24, generator=g).round(decimals=1)  # many ties
+    x[0], x[1] = 0.0, -1.0  # all-zero and all-negative maps
+    x[2, :, 1::2] = x[2, :, ::2]  # every window's rows tie
+    with torch.no_grad():
+        assert torch.equal(relu_max_pool(x), torch.max_pool2d(torch.relu(x), 2))
+    model = build_model("convnet", (1, 28, 28), 62)
+    images = torch.rand(40, 1, 28, 28, generator=g)
+    with torch.no_grad():
+        fast = model(images)
+    assert torch.equal(fast, model(images).detach())  # autograd on: max_pool2d itself
