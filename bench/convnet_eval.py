@@ -4,9 +4,8 @@
     SIMFL_DATA_DIR=../shared/data python bench/convnet_eval.py [--devices 200] [--threads 1]
 
 The papers' ConvNet protocol evaluates its 865 + 865 devices every 10 rounds and
-every Δ-FL round asks the 100 cohort devices for their losses: forward passes that
-were over half of a round's time on the 2-core CPU, with ``max_pool2d`` 38 % of a
-batch-256 forward pass (torch profiler). This evaluates the first ``--devices``
+every Δ-FL round asks the 100 cohort devices for their losses, forward passes
+without autograd, where PyTorch's CPU ``max_pool2d`` is slow. This evaluates the first ``--devices``
 unseen test devices of the papers' population (seed 0) with the model at its
 seed-0 initialisation, in batches of 256 (``eval.batch_size``), both ways, twice,
 and prints the seconds and whether the per-device losses and errors are equal to

@@ -56,10 +56,10 @@ def relu_max_pool(x: torch.Tensor) -> torch.Tensor:
 
     Training (autograd on) uses ``torch.max_pool2d``, whose backward routes each
     gradient to one input. Evaluation without autograd on a CPU, where that kernel's
-    NCHW path is slow (it took 38 % of a batch-256 ConvNet forward pass here), takes
-    the ReLU of the maximum of the four strided quarter-views instead: the same values
-    (ReLU is monotone and a maximum is exact) in 2.6× less time for a whole evaluation
-    (bench/convnet_eval.py, which checks the equality on FEMNIST devices).
+    NCHW path is slow, takes the ReLU of the maximum of the four strided quarter-views
+    instead: the same values (ReLU is monotone and a maximum is exact) in 2.6× less time
+    for a whole evaluation (bench/convnet_eval.py, which checks the equality on FEMNIST
+    devices).
     """
     if torch.is_grad_enabled() or x.device.type != "cpu":
         return torch.max_pool2d(torch.relu(x), 2)
