@@ -5,9 +5,10 @@
 
 The papers' ConvNet protocol evaluates its 865 + 865 devices every 10 rounds and
 every Δ-FL round asks the 100 cohort devices for their losses, forward passes
-without autograd, where PyTorch's CPU ``max_pool2d`` is slow. This evaluates the first ``--devices``
-unseen test devices of the papers' population (seed 0) with the model at its
-seed-0 initialisation, in batches of 256 (``eval.batch_size``), both ways, twice,
+without autograd, where PyTorch's CPU ``max_pool2d`` is slow. This evaluates the
+first ``--devices`` unseen test devices of the population of
+``scenarios/paper/femnist_convnet.toml`` (seed 0) with the model at its seed-0
+initialisation, in batches of 256 (``eval.batch_size``), both ways, twice,
 and prints the seconds and whether the per-device losses and errors are equal to
 the bit. Take it on a quiet machine.
 """
@@ -23,11 +24,12 @@ import torch
 
 from simfl.data import load_data
 from simfl.rng import Streams
-from simfl.scenario import DataConfig
+from simfl.scenario import load_scenario
 from simfl.train import models
 from simfl.train.evaluate import evaluate_cohort
 from simfl.train.models import build_model, initial_params
 
+SCENARIO = "scenarios/paper/femnist_convnet.toml"  # the papers' 865 + 865 writers
 
 def max_pool2d_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.max_pool2d(torch.relu(x), 2)
@@ -39,9 +41,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    data = load_data(DataConfig(dataset="femnist", min_samples_per_client=100,
-                                max_clients=1730, test_client_fraction=0.5,
-                                standardise=False), Streams(0))
+    data = load_data(load_scenario(SCENARIO).data, Streams(0))
     clients = data.test.subset(np.arange(min(args.devices, data.test.num_clients)))
     model = build_model("convnet", (1, 28, 28), 62)
     params = initial_params(model, 0, torch.float32)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -204,7 +205,7 @@ def distinguish(labels: dict[str, str], scenarios: dict[str, dict]) -> dict[str,
     present in all their manifests count (a key added to simfl later is absent from
     older manifests, not different)."""
     out = dict(labels)
-    for label in {v for v in labels.values() if list(labels.values()).count(v) > 1}:
+    for label in [name for name, count in Counter(labels.values()).items() if count > 1]:
         same = [variant for variant, name in labels.items() if name == label]
         flat = {variant: _flatten(scenarios[variant]) for variant in same}
         keys = sorted(set.intersection(*(set(f) for f in flat.values())) - {"seed"})
