@@ -112,6 +112,14 @@ def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:
                                             PAPER_SEEDS, equal_var=False).pvalue)
 
 
+def wall_cell(part: pl.DataFrame, by_device: bool) -> str:
+    """Mean wall minutes per run of the rows in ``part``; per device when ``by_device``
+    (a GPU run and a CPU run of the same rule differ by an order of magnitude)."""
+    groups = part.group_by("device", maintain_order=True).agg(pl.col("wall_s").mean())
+    return "; ".join(f"{w / 60:.1f} min" + (f" ({d})" if by_device else "")
+                     for d, w in groups.iter_rows())
+
+
 def cell(ours: np.ndarray, paper: tuple[float, float] | None) -> str:
     """'ours | paper | p (agree?)' for one metric, all in %."""
     if paper is None:
@@ -178,12 +186,12 @@ def main() -> None:
         part = table.filter(pl.col("variant") == variant)
         if part.height == 0:
             continue
-        p90, mean, wmean, wall = (part[c].to_numpy() for c in ("p90", "mean", "wmean", "wall_s"))
+        p90, mean, wmean = (part[c].to_numpy() for c in ("p90", "mean", "wmean"))
         rule = variant.rsplit("/", 1)[-1]
         paper = PAPER.get((model, SAME_CELL.get(rule, rule)))
         print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
-              f"{wall.mean() / 60:.1f} min |")
+              f"{wall_cell(part, table['device'].n_unique() > 1)} |")
     if args.versus:
         versus(table, args.versus, order)
     if args.errors:

@@ -138,7 +138,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
         with run_lock(run_dir):
             prepare_run_dir(run_dir, overwrite)  # again, now that no other process can start
             _clear_run_dir(run_dir)
-            return _execute(scenario, built, run_dir, _manifest(scenario, built.device), None,
+            return _execute(scenario, built, run_dir, _manifest(scenario, built), None,
                             progress)
 
 
@@ -153,12 +153,13 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     scenario = from_dict(manifest["scenario"], source=str(run_dir / "manifest.json"))
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
+        _check_speed_origin(run_dir, manifest, built.population)
         with run_lock(run_dir):
             checkpoint = load_checkpoint(run_dir, built.device)
             manifest.pop("reason", None)
-            manifest.setdefault("resumes", []).append(
+            manifest.setdefault("resumes", []).append(  # a session may run on another machine
                 {"from_round": checkpoint.rounds_done if checkpoint else 0,
-                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                 "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **_machine(built.device)})
             return _execute(scenario, built, run_dir, manifest, checkpoint, progress)
 
 
@@ -362,7 +363,19 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _manifest(scenario: Scenario, device: torch.device) -> dict[str, Any]:
+def _check_speed_origin(run_dir: Path, manifest: dict[str, Any], population: Population) -> None:
+    """InputError when the device speeds would come from elsewhere than when the run
+    started (``speed_source = "auto"`` follows $SIMFL_DATA_DIR/devices): the replay could
+    not retrace the simulated clock. Manifests from before this record are not checked."""
+    started, now = manifest.get("device_speeds"), population.devices.speed_origin
+    if started is not None and started != now:
+        raise InputError(
+            f"{run_dir}: the run started with device speeds from {started} but here they "
+            f"would come from {now}: resume where $SIMFL_DATA_DIR/devices is as it was "
+            "(population.compute.speed_source = 'auto' uses it when present)")
+
+
+def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
     versions: dict[str, str | None] = {}
     for package in PACKAGES:
         try:
@@ -375,10 +388,16 @@ def _manifest(scenario: Scenario, device: torch.device) -> dict[str, Any]:
         "seed": scenario.seed,
         "versions": {"python": platform.python_version(), **versions},
         "git_commit": _git_commit(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-        "host": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+        **_machine(built.device),
+        "device_speeds": built.population.devices.speed_origin,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def _machine(device: torch.device) -> dict[str, Any]:
+    """Where a session of the run trains: the device's name and the host's CPUs/threads."""
+    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+            "host": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}}
 
 
 def _git_commit() -> str | None:

@@ -88,3 +88,13 @@ def test_rows_sharing_a_label_are_told_apart_by_the_settings_that_differ() -> No
     got = distinguish(labels, {"deltafl_0_5": old, "b/deltafl_0_5": new, "fedavg": other})
     assert got == {"deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 0.0001",
                    "b/deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 1e-06", "fedavg": "FedAvg"}
+
+
+def test_wall_time_is_told_per_device_when_runs_ran_on_several() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import polars as pl
+    from paper_table import wall_cell
+
+    part = pl.DataFrame({"device": ["cpu", "H100", "cpu"], "wall_s": [600.0, 60.0, 1200.0]})
+    assert wall_cell(part, by_device=True) == "15.0 min (cpu); 1.0 min (H100)"
+    assert wall_cell(part.filter(pl.col("device") == "cpu"), by_device=False) == "15.0 min"

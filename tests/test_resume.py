@@ -317,8 +317,27 @@ def test_sigint_finishes_the_round_checkpoints_and_resumes_to_the_same_files(
     capsys.readouterr()
     assert resume(out) == 0
     assert capsys.readouterr().err == ""
-    assert [r["from_round"] for r in manifest(out)["resumes"]] == [4]
+    (session,) = manifest(out)["resumes"]  # where the resumed session ran is recorded
+    assert (session["from_round"], session["device"]) == (4, "cpu")
+    assert session["host"] == {"cpus": os.cpu_count(), "torch_threads": 1}
     assert_same_files(out, baseline)
+
+
+def test_a_run_does_not_resume_where_its_device_speeds_would_come_from_elsewhere(
+        interrupted: Path, copy_of: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = copy_of(interrupted)
+    info = manifest(out)
+    speeds = info["device_speeds"]
+    assert speeds["speeds"] in ("benchmark", "lognormal")
+    elsewhere = {"benchmark": "lognormal", "lognormal": "benchmark"}[speeds["speeds"]]
+    info["device_speeds"] = {**speeds, "speeds": elsewhere}  # as if started on another machine
+    (out / "manifest.json").write_text(json.dumps(info))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert resume(out) == 2
+    err = capsys.readouterr().err
+    assert "device speeds" in err and "SIMFL_DATA_DIR/devices" in err and len(err.splitlines()) == 1
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # untouched
 
 
 def test_wall_time_adds_up_over_the_sessions_of_a_run(interrupted: Path, copy_of: Any,

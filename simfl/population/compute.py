@@ -81,6 +81,9 @@ FALLBACK_LENET_PER_SAMPLE_MS = 0.589
 _SCORE_KEYS = {"cpu_float": "CPU_F_AI_Score", "ai_score": "AI_Score"}
 
 
+LENET_TABLES = "ondevice_training/*_lenet_time_table.csv"
+
+
 def devices_dir(data_dir: Path | None) -> Path | None:
     """``data_dir/devices`` if it holds the benchmark list, else None (use the fallback)."""
     if data_dir is None:
@@ -140,7 +143,7 @@ def _read_lenet_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def lenet_s_per_sample(folder: Path | None, batch_size: int) -> float:
     """Median over the measured phones of LeNet training seconds per sample at ``batch_size``."""
-    tables = sorted(folder.glob("ondevice_training/*_lenet_time_table.csv")) if folder else []
+    tables = sorted(folder.glob(LENET_TABLES)) if folder else []
     if not tables:
         ms = FALLBACK_LENET_OVERHEAD_MS + FALLBACK_LENET_PER_SAMPLE_MS * batch_size
         return ms / batch_size / 1000.0
@@ -149,12 +152,20 @@ def lenet_s_per_sample(folder: Path | None, batch_size: int) -> float:
     return float(np.median(per_sample_ms)) / 1000.0
 
 
+def speed_origin(cfg: ComputeConfig, folder: Path | None) -> dict[str, str]:
+    """What the speeds are drawn from, given the devices folder found (or None): "auto"
+    depends on the machine, so a run records this (manifest ``device_speeds``)."""
+    use_data = cfg.speed_source == "benchmark" or (
+        cfg.speed_source == "auto" and folder is not None)
+    has_tables = folder is not None and any(folder.glob(LENET_TABLES))
+    return {"speeds": "benchmark" if use_data else "lognormal",
+            "lenet_reference": "measured" if has_tables else "built-in"}
+
+
 def draw_speed_rel(cfg: ComputeConfig, num_devices: int, rng: np.random.Generator,
                    folder: Path | None) -> np.ndarray:
     """Relative training speed per device (the median phone of the mix = 1)."""
-    use_data = cfg.speed_source == "benchmark" or (
-        cfg.speed_source == "auto" and folder is not None)
-    if use_data:
+    if speed_origin(cfg, folder)["speeds"] == "benchmark":
         if folder is None:
             raise InputError("population.compute.speed_source = 'benchmark' needs the phone "
                              "benchmark files under $SIMFL_DATA_DIR/devices/")

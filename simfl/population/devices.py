@@ -108,6 +108,7 @@ def build_devices(cfg: PopulationConfig, num_clients: int, covariate: np.ndarray
         latency_s=latency,
         failure_rate_per_h=np.full(num_clients, cfg.failure_rate_per_h),
         region_names=tuple(r.name for r in cfg.regions),
+        speed_origin=compute.speed_origin(cfg.compute, folder),
     )
     _readonly(*table.columns().values())
     return table

@@ -6,7 +6,7 @@ access links from it) do not import each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -25,6 +25,10 @@ class DeviceTable:
     latency_s: np.ndarray  # float64: access-link latency (round trip)
     failure_rate_per_h: np.ndarray  # float64: failure hazard per hour of participation
     region_names: tuple[str, ...] = ()
+    # Where the speeds came from, which ``speed_source = "auto"`` decides by whether
+    # $SIMFL_DATA_DIR/devices exists: {"speeds": "benchmark" | "lognormal",
+    # "lenet_reference": "measured" | "built-in"} (compute.speed_origin).
+    speed_origin: dict[str, str] = field(default_factory=dict)
 
     @property
     def num_devices(self) -> int:
@@ -32,4 +36,5 @@ class DeviceTable:
 
     def columns(self) -> dict[str, np.ndarray]:
         """The per-device columns by name (for a devices table in Parquet)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "region_names"}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("region_names", "speed_origin")}

@@ -45,6 +45,23 @@ def test_fallback_without_data(tmp_path: Path) -> None:
     assert np.median(devices.train_s_per_sample) == pytest.approx(ref, rel=0.03)
 
 
+def test_the_table_records_where_the_speeds_came_from(tmp_path: Path) -> None:
+    devices = build_devices(PopulationConfig(), 5, None, Streams(0), tmp_path, "lenet5")
+    assert devices.speed_origin == {"speeds": "lognormal", "lenet_reference": "built-in"}
+    assert "speed_origin" not in devices.columns()
+    benchmark = ComputeConfig(speed_source="benchmark")
+    assert compute.speed_origin(benchmark, None)["speeds"] == "benchmark"  # draw: InputError
+
+
+@requires_data
+def test_auto_takes_the_benchmark_when_the_devices_folder_is_there() -> None:
+    folder = compute.devices_dir(data_dir())
+    auto = compute.speed_origin(ComputeConfig(), folder)
+    assert auto == {"speeds": "benchmark", "lenet_reference": "measured"}
+    lognormal = compute.speed_origin(ComputeConfig(speed_source="lognormal"), folder)
+    assert lognormal == {"speeds": "lognormal", "lenet_reference": "measured"}
+
+
 def test_benchmark_source_requires_data(tmp_path: Path) -> None:
     cfg = ComputeConfig(speed_source="benchmark")
     with pytest.raises(InputError, match="SIMFL_DATA_DIR"):
