@@ -244,27 +244,35 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
                 last = evals.filter(pl.col("round") == evals["round"].max())
                 test = error_summary(last["error"].to_numpy())
         rows.append({"run": run.run_id, "status": status, "rounds": rounds,
-                     "num_rounds": total, "wall_s": wall_s,
+                     "num_rounds": total, "wall_s": wall_s, "device": manifest.get("device"),
                      "test_mean": test["mean"], "test_p90": test["p90"]})
     return pl.DataFrame(rows, schema={"run": pl.String, "status": pl.String,
                                       "rounds": pl.Int64, "num_rounds": pl.Int64,
-                                      "wall_s": pl.Float64, "test_mean": pl.Float64,
-                                      "test_p90": pl.Float64})
+                                      "wall_s": pl.Float64, "device": pl.String,
+                                      "test_mean": pl.Float64, "test_p90": pl.Float64})
 
 
 def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
     """One line from :func:`run_statuses`' table: runs complete, rounds done, run time so
     far and, at that pace (wall seconds per round over every round done), the run time of
-    the rounds left."""
+    the rounds left; at each device's pace when runs started on several (a GPU's and a
+    CPU's differ by an order of magnitude)."""
     done = statuses["status"].is_in(["complete", "archived"]).sum()
     rounds, total = int(statuses["rounds"].sum()), int(statuses["num_rounds"].sum())
-    wall = float(statuses.filter(pl.col("rounds") > 0)["wall_s"].fill_null(0.0).sum())
+    started = statuses.filter(pl.col("rounds") > 0).with_columns(pl.col("wall_s").fill_null(0.0))
+    wall = float(started["wall_s"].sum())
     line = (f"{name}: {done} of {statuses.height} runs complete, {rounds} of {total} rounds "
             f"done ({100 * rounds / total:.1f} %) in {_duration(wall)} of run time")
-    if rounds and wall and rounds < total:
-        line += (f"; at that pace the {total - rounds} rounds left take about "
-                 f"{_duration(wall / rounds * (total - rounds))} of one process")
-    return line
+    if not (rounds and wall and rounds < total):
+        return line
+    paces = started.group_by("device", maintain_order=True).agg(pl.col("wall_s").sum(),
+                                                                  pl.col("rounds").sum())
+    if paces.height == 1:
+        return line + (f"; at that pace the {total - rounds} rounds left take about "
+                       f"{_duration(wall / rounds * (total - rounds))} of one process")
+    left = [f"{_duration(w / r * (total - rounds))} at the pace of the runs started on {d}"
+            for d, w, r in paces.iter_rows() if r and w]
+    return line + f"; the {total - rounds} rounds left take about " + ", ".join(left)
 
 
 def _duration(seconds: float) -> str:

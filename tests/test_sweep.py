@@ -19,7 +19,15 @@ from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.plots.study import plot_sweep
-from simfl.sweep import BUSY, collect, is_complete, load_sweep, run_statuses, run_sweep
+from simfl.sweep import (
+    BUSY,
+    collect,
+    is_complete,
+    load_sweep,
+    run_statuses,
+    run_sweep,
+    sweep_progress,
+)
 from simfl.train.learner import Learner
 
 ROOT = Path(__file__).parents[1]
@@ -403,3 +411,14 @@ def test_an_interrupted_run_resumes_unless_its_scenario_changed(
     final = json.loads((run_dir / "manifest.json").read_text())
     assert final["status"] == "complete" and final["scenario"]["train"]["lr"] == 0.05
     assert [r["from_round"] for r in final.get("resumes", [])] == ([3] if resumed else [])
+
+
+def test_progress_gives_each_devices_pace_when_runs_started_on_several() -> None:
+    statuses = pl.DataFrame({"status": ["complete", "interrupted", "not started"],
+                             "rounds": [10, 5, 0], "num_rounds": [10, 10, 10],
+                             "wall_s": [60.0, 3000.0, None], "device": ["H100", "cpu", None]})
+    # 15 rounds left: 6 s a round on the H100, 600 s a round on the CPU
+    assert sweep_progress("s", statuses) == (
+        "s: 1 of 3 runs complete, 15 of 30 rounds done (50.0 %) in 51.0 min of run time; "
+        "the 15 rounds left take about 1.5 min at the pace of the runs started on H100, "
+        "2.5 h at the pace of the runs started on cpu")
