@@ -487,3 +487,25 @@ def test_fedprox_mu_reaches_local_training(tmp_path: Path) -> None:
                                     "aggregator.mu=10.0") / "eval.parquet")
     avg = pl.read_parquet(run_tiny(tmp_path, "fedavg") / "eval.parquet")
     assert not prox["loss"].equals(avg["loss"])
+
+
+@pytest.mark.parametrize("rule", ["fedavg_sub", "deltafl"])
+def test_phone_speeds_move_the_clock_not_the_training_of_a_synchronous_run(
+        tmp_path: Path, rule: str) -> None:
+    """Devices always online, no deadline: how fast the phones are sets the simulated time
+    of each round, never who is drawn or what they train (the papers' tables depend only
+    on the latter; docs/reproduction.md, "The H100 runs")."""
+    fast = run_tiny(tmp_path, "fast", f'aggregator.name="{rule}"',
+                    "population.compute.speed_log_sigma=0.1")
+    spread = run_tiny(tmp_path, "spread", f'aggregator.name="{rule}"',
+                      "population.compute.speed_log_sigma=2.0")
+    cols = ["round", "client_id", "status", "train_loss", "num_samples", "bytes_up"]
+    a, b = (pl.read_parquet(out / "clients.parquet").select(cols).sort("round", "client_id")
+            for out in (fast, spread))
+    assert a.height == (16 if rule == "deltafl" else 8)  # 4 rounds of 4 (fedavg_sub: 2)
+    assert a.equals(b)
+    evals = [pl.read_parquet(out / "eval.parquet").sort("round", "split", "client_id")["error"]
+             for out in (fast, spread)]
+    assert evals[0].equals(evals[1])
+    t_end = [pl.read_parquet(out / "rounds.parquet")["t_end_s"] for out in (fast, spread)]
+    assert (t_end[0] != t_end[1]).all()
