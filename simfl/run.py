@@ -38,6 +38,7 @@ from simfl.errors import InputError
 from simfl.metrics import error_summary
 from simfl.population import known_rates
 from simfl.population.build import Population, build_population
+from simfl.population.compute import describe_origin
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import (
     PARTS_DIR,
@@ -121,12 +122,14 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
                  report: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run ``scenario`` and write its tables and manifest into ``run_dir``; return the
     manifest. Bad input (scenario against data, output directory) stops before any output.
-    ``report`` gets a line on the population before the run starts, and one more when
-    the scenario configures a threshold estimator its aggregator does not use."""
+    ``report`` gets lines on the population (data, device speeds) before the run starts,
+    and one more when the scenario configures a threshold estimator its aggregator does
+    not use."""
     prepare_run_dir(run_dir, overwrite)
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
         report(built.learner.data.describe())
+        report(describe_origin(built.population.devices.speed_origin))
         if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
             report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
                    "[estimator] is not used and bias.parquet stays empty")

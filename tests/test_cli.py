@@ -128,6 +128,16 @@ horizon_s = 86400.0
         runs[1].select("round", "client_idx", "t_dispatch_s"))
 
 
+def test_a_run_says_where_its_device_speeds_come_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIMFL_DATA_DIR", str(tmp_path))  # no devices/ folder in it
+    capsys.readouterr()
+    run(tmp_path, "plain", aggregator="fedavg")
+    assert ("device speeds: lognormal draws (speed_log_sigma), scaled by the built-in LeNet "
+            "fit ($SIMFL_DATA_DIR/devices not found)") in capsys.readouterr().out.splitlines()
+
+
 def test_a_run_says_when_its_estimator_settings_are_not_used(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()

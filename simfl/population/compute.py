@@ -162,6 +162,15 @@ def speed_origin(cfg: ComputeConfig, folder: Path | None) -> dict[str, str]:
             "lenet_reference": "measured" if has_tables else "built-in"}
 
 
+def describe_origin(origin: dict[str, str]) -> str:
+    """One line for the start of a run: where the phones' speeds come from."""
+    speeds = {"benchmark": "AI-Benchmark phone scores",
+              "lognormal": "lognormal draws (speed_log_sigma)"}[origin["speeds"]]
+    lenet = {"measured": "measured LeNet times ($SIMFL_DATA_DIR/devices)",
+             "built-in": "the built-in LeNet fit ($SIMFL_DATA_DIR/devices not found)"}
+    return f"device speeds: {speeds}, scaled by {lenet[origin['lenet_reference']]}"
+
+
 def draw_speed_rel(cfg: ComputeConfig, num_devices: int, rng: np.random.Generator,
                    folder: Path | None) -> np.ndarray:
     """Relative training speed per device (the median phone of the mix = 1)."""
