@@ -81,7 +81,9 @@ FALLBACK_LENET_PER_SAMPLE_MS = 0.589
 _SCORE_KEYS = {"cpu_float": "CPU_F_AI_Score", "ai_score": "AI_Score"}
 
 
-LENET_TABLES = "ondevice_training/*_lenet_time_table.csv"
+def _lenet_tables(folder: Path | None) -> list[Path]:
+    """The measured LeNet time tables in the devices folder (none without it)."""
+    return sorted(folder.glob("ondevice_training/*_lenet_time_table.csv")) if folder else []
 
 
 def devices_dir(data_dir: Path | None) -> Path | None:
@@ -143,7 +145,7 @@ def _read_lenet_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def lenet_s_per_sample(folder: Path | None, batch_size: int) -> float:
     """Median over the measured phones of LeNet training seconds per sample at ``batch_size``."""
-    tables = sorted(folder.glob(LENET_TABLES)) if folder else []
+    tables = _lenet_tables(folder)
     if not tables:
         ms = FALLBACK_LENET_OVERHEAD_MS + FALLBACK_LENET_PER_SAMPLE_MS * batch_size
         return ms / batch_size / 1000.0
@@ -157,9 +159,8 @@ def speed_origin(cfg: ComputeConfig, folder: Path | None) -> dict[str, str]:
     depends on the machine, so a run records this (manifest ``device_speeds``)."""
     use_data = cfg.speed_source == "benchmark" or (
         cfg.speed_source == "auto" and folder is not None)
-    has_tables = folder is not None and any(folder.glob(LENET_TABLES))
     return {"speeds": "benchmark" if use_data else "lognormal",
-            "lenet_reference": "measured" if has_tables else "built-in"}
+            "lenet_reference": "measured" if _lenet_tables(folder) else "built-in"}
 
 
 def describe_origin(origin: dict[str, str]) -> str:
