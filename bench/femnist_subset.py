@@ -1,0 +1,102 @@
+"""Write a FEMNIST file holding only the images that some seeds of a scenario read.
+
+    python bench/femnist_subset.py scenarios/paper/femnist_convnet.toml --seeds 1 2 --out subset.npz
+    xz -6 subset.npz     # seeds 1 and 2 of the ConvNet protocol: 57 MB
+
+The papers' protocol keeps a seeded random half of the eligible writers, so a run
+of one seed reads only those writers' images. A machine that cannot receive the
+whole ``femnist_writers.npz`` (the lent GPU machine of docs/reproduction.md, "The
+H100 runs", takes 64 MiB a transfer) can take this file instead: every row, label
+and writer id is kept, so the writers each seed draws are the same, and the images
+of the writers no listed seed draws are set to 0. Before the file is put in place
+the script loads it for every listed seed and checks that the training and test
+data equal the full file's (``torch.equal`` on pixels, labels, offsets and device
+ids); a file that differs is not written. An existing ``--out`` is never
+overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simfl.data import load_data
+from simfl.data.femnist import DEFAULT_RELATIVE_PATH, MAKE_IT
+from simfl.data.location import resolve_data_path
+from simfl.data.packed import ClientData, client_rows
+from simfl.data.split import group_rows, split_clients
+from simfl.errors import InputError
+from simfl.rng import Streams
+from simfl.scenario import DataConfig, load_scenario
+
+
+def rows_read(source: Path, cfg: DataConfig, seeds: list[int]) -> np.ndarray:
+    """A mask of the rows (samples) whose writers any of ``seeds`` draws."""
+    with np.load(source) as npz:
+        writers = npz["writer"]
+    groups = group_rows(writers.astype(str) if writers.dtype.kind == "S" else writers)
+    keep = np.zeros(len(writers), bool)
+    for seed in seeds:
+        rng = Streams(seed).numpy("data_split")  # the stream load_femnist draws from
+        for idx in split_clients(np.diff(groups.offsets), cfg, rng, str(source)):
+            keep[groups.order[client_rows(groups.offsets, idx)]] = True
+    return keep
+
+
+def same(a: ClientData, b: ClientData) -> bool:
+    return (torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+            and np.array_equal(a.offsets, b.offsets) and np.array_equal(a.client_ids, b.client_ids))
+
+
+def write_subset(source: Path, out: Path, cfg: DataConfig, seeds: list[int]) -> int:
+    """Write ``out``; return how many rows keep their image. Raise InputError if a seed's
+    data from the new file differs from the full file's (then nothing is left at ``out``)."""
+    if out.exists():
+        raise InputError(f"{out}: already exists; not overwritten")
+    keep = rows_read(source, cfg, seeds)
+    with np.load(source) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    arrays["images"][~keep] = 0
+    partial = out.with_name(out.name + ".partial")
+    with open(partial, "wb") as f:
+        np.savez(f, **arrays)
+    try:
+        for seed in seeds:
+            full = load_data(replace(cfg, path=str(source)), Streams(seed))
+            cut = load_data(replace(cfg, path=str(partial)), Streams(seed))
+            if not (same(full.train, cut.train) and same(full.test, cut.test)):
+                raise InputError(f"{out}: seed {seed}'s data differs from {source}'s")
+    except BaseException:
+        partial.unlink()
+        raise
+    partial.rename(out)
+    return int(keep.sum())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", help="a FEMNIST scenario (its [data] settings are used)")
+    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    try:
+        cfg = load_scenario(args.scenario).data
+        if cfg.dataset != "femnist":
+            raise InputError(f"{args.scenario}: data.dataset is {cfg.dataset!r}, not 'femnist'")
+        source = resolve_data_path(cfg.path, DEFAULT_RELATIVE_PATH, "FEMNIST file",
+                                   "the .npz file", MAKE_IT)
+        kept = write_subset(source, args.out, cfg, args.seeds)
+    except InputError as err:
+        print(f"femnist_subset: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"{args.out}: images of {kept} of the rows kept (seeds {args.seeds}), the rest 0;"
+          f" each seed's data checked equal to {source}'s")
+
+
+if __name__ == "__main__":
+    main()
