@@ -28,24 +28,17 @@ import torch
 from simfl.data import load_data
 from simfl.data.femnist import DEFAULT_RELATIVE_PATH, MAKE_IT
 from simfl.data.location import resolve_data_path
-from simfl.data.packed import ClientData, client_rows
-from simfl.data.split import group_rows, split_clients
+from simfl.data.packed import ClientData, FederatedData
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import DataConfig, load_scenario
 
 
-def rows_read(source: Path, cfg: DataConfig, seeds: list[int]) -> np.ndarray:
-    """A mask of the rows (samples) whose writers any of ``seeds`` draws."""
-    with np.load(source) as npz:
-        writers = npz["writer"]
-    groups = group_rows(writers.astype(str) if writers.dtype.kind == "S" else writers)
-    keep = np.zeros(len(writers), bool)
-    for seed in seeds:
-        rng = Streams(seed).numpy("data_split")  # the stream load_femnist draws from
-        for idx in split_clients(np.diff(groups.offsets), cfg, rng, str(source)):
-            keep[groups.order[client_rows(groups.offsets, idx)]] = True
-    return keep
+def rows_read(writers: np.ndarray, drawn: list[FederatedData]) -> np.ndarray:
+    """A mask of the rows (samples) whose writer is a device of any of ``drawn``."""
+    ids = np.concatenate([np.asarray(part.client_ids) for data in drawn
+                          for part in (data.train, data.test)])
+    return np.isin(writers.astype(str), ids.astype(str))
 
 
 def same(a: ClientData, b: ClientData) -> bool:
@@ -58,18 +51,18 @@ def write_subset(source: Path, out: Path, cfg: DataConfig, seeds: list[int]) -> 
     data from the new file differs from the full file's (then nothing is left at ``out``)."""
     if out.exists():
         raise InputError(f"{out}: already exists; not overwritten")
-    keep = rows_read(source, cfg, seeds)
+    full = {seed: load_data(replace(cfg, path=str(source)), Streams(seed)) for seed in seeds}
     with np.load(source) as npz:
         arrays = {key: npz[key] for key in npz.files}
+    keep = rows_read(arrays["writer"], list(full.values()))
     arrays["images"][~keep] = 0
     partial = out.with_name(out.name + ".partial")
     with open(partial, "wb") as f:
         np.savez(f, **arrays)
     try:
         for seed in seeds:
-            full = load_data(replace(cfg, path=str(source)), Streams(seed))
             cut = load_data(replace(cfg, path=str(partial)), Streams(seed))
-            if not (same(full.train, cut.train) and same(full.test, cut.test)):
+            if not (same(full[seed].train, cut.train) and same(full[seed].test, cut.test)):
                 raise InputError(f"{out}: seed {seed}'s data differs from {source}'s")
     except BaseException:
         partial.unlink()
