@@ -2,7 +2,7 @@
 
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
         [--ecdf OUT.png] [--scatter OUT.png] [--plot-variants V ...] [--versus fedavg]
-        [--also OTHER.sweep.toml]
+        [--also OTHER.sweep.toml] [--by-size N]
         [--results DIR ...]
 
 Reads every complete run of the sweep (its manifest and final evaluation), from
@@ -35,7 +35,9 @@ simfl's own AFL (``afl``, Mohri et al.'s projected ascent on λ) too.
 
 ``--errors`` writes the final per-device test errors of every run; ``--ecdf``
 draws their ECDF and ``--scatter`` the error against local data size, one
-colour per variant (its lowest seed).
+colour per variant (its lowest seed). ``--by-size N`` splits the unseen test
+devices at N samples and gives each part's mean error per variant (mean ± std over
+seeds): the long paper's Figure 14 in two numbers, who gains and who loses.
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def main() -> None:
     parser.add_argument("--versus", help="compare every variant with this one, paired by seed")
     parser.add_argument("--plot-variants", nargs="+",
                         help="the variants the figures show (default: all)")
+    parser.add_argument("--by-size", type=int, metavar="N",
+                        help="mean test error of the devices with fewer than N samples and of "
+                             "the others, per variant")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
     parser.add_argument("--results", action="append", type=Path,
                         help="where run directories are, in order of preference (repeatable; "
@@ -194,6 +199,8 @@ def main() -> None:
               f"{wall_cell(part, table['device'].n_unique() > 1)} |")
     if args.versus:
         versus(table, args.versus, order)
+    if args.by_size:
+        by_size(pl.concat(errors), args.by_size, order, labels)
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
     first = pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
@@ -264,6 +271,33 @@ def versus(table: pl.DataFrame, reference: str, order: list[str]) -> None:
         cells = [_paired(100 * (both[m] - both[f"{m}_ref"]).to_numpy()) for m in ("p90", "mean")]
         print(f"| {both['label'][0]} | {', '.join(map(str, sorted(both['seed'])))} | "
               f"{cells[0]} | {cells[1]} |")
+
+
+def by_size(errors: pl.DataFrame, n: int, order: list[str], labels: dict[str, str]) -> None:
+    """Each variant's mean test error over its devices with fewer than ``n`` samples and
+    over the others: mean ± std over seeds of each seed's mean, with the devices' count
+    (its range over the seeds, which draw different writers)."""
+    per_seed = errors.group_by("variant", "seed", pl.col("num_samples") >= n).agg(
+        error=100 * pl.col("error").mean(), devices=pl.len())
+    print(f"\nMean test error (%) of the test devices with < {n} and ≥ {n} samples "
+          "(mean ± std over seeds)\n")
+    print(f"| rule | seeds | < {n}: devices | mean error | ≥ {n}: devices | mean error |")
+    print("|---|---|---|---|---|---|")
+    for variant in order:
+        part = per_seed.filter(pl.col("variant") == variant)
+        if part.height == 0:
+            continue
+        cells = []
+        for large in (False, True):
+            side = part.filter(pl.col("num_samples") == large)
+            if side.height == 0:
+                cells.append("0 | —")
+                continue
+            counts = side["devices"].to_list()
+            low, high = min(counts), max(counts)
+            count = f"{low}" if low == high else f"{low}–{high}"
+            cells.append(f"{count} | {_pm(side['error'].to_numpy())}")
+        print(f"| {labels[variant]} | {part['seed'].n_unique()} | {' | '.join(cells)} |")
 
 
 def _paired(diff: np.ndarray) -> str:

@@ -98,3 +98,22 @@ def test_wall_time_is_told_per_device_when_runs_ran_on_several() -> None:
     part = pl.DataFrame({"device": ["cpu", "H100", "cpu"], "wall_s": [600.0, 60.0, 1200.0]})
     assert wall_cell(part, by_device=True) == "15.0 min (cpu); 1.0 min (H100)"
     assert wall_cell(part.filter(pl.col("device") == "cpu"), by_device=False) == "15.0 min"
+
+
+def test_by_size_splits_the_devices_at_n_samples_per_seed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import polars as pl
+    from paper_table import by_size
+
+    errors = pl.DataFrame({
+        "variant": ["fedavg"] * 5 + ["dfl"] * 2,
+        "seed": [0, 0, 0, 1, 1, 0, 0],
+        "num_samples": [100, 120, 300, 110, 400, 100, 120],
+        "error": [0.10, 0.20, 0.05, 0.30, 0.07, 0.12, 0.14]})
+    by_size(errors, 250, ["fedavg", "dfl"], {"fedavg": "FedAvg", "dfl": "Δ-FL"})
+    out = capsys.readouterr().out
+    # FedAvg: seed 0's small devices average 15 %, seed 1's 30 % -> 22.50 ± 10.61;
+    # the large ones 5 % and 7 % -> 6.00 ± 1.41; 1-2 small devices a seed, 1 large.
+    assert "| FedAvg | 2 | 1–2 | 22.50 ± 10.61 | 1 | 6.00 ± 1.41 |" in out
+    assert "| Δ-FL | 1 | 2 | 13.00 | 0 | — |" in out  # no device of 250 samples or more
