@@ -277,7 +277,8 @@ def by_size(errors: pl.DataFrame, n: int, order: list[str], labels: dict[str, st
     """Each variant's mean test error over its devices with fewer than ``n`` samples and
     over the others: mean ± std over seeds of each seed's mean, with the devices' count
     (its range over the seeds, which draw different writers)."""
-    per_seed = errors.group_by("variant", "seed", pl.col("num_samples") >= n).agg(
+    large = (pl.col("num_samples") >= n).alias("large")
+    per_seed = errors.group_by("variant", "seed", large).agg(
         error=100 * pl.col("error").mean(), devices=pl.len())
     print(f"\nMean test error (%) of the test devices with < {n} and ≥ {n} samples "
           "(mean ± std over seeds)\n")
@@ -288,8 +289,8 @@ def by_size(errors: pl.DataFrame, n: int, order: list[str], labels: dict[str, st
         if part.height == 0:
             continue
         cells = []
-        for large in (False, True):
-            side = part.filter(pl.col("num_samples") == large)
+        for is_large in (False, True):
+            side = part.filter(pl.col("large") == is_large)
             if side.height == 0:
                 cells.append("0 | —")
                 continue
