@@ -333,8 +333,10 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
     from simfl.sweep import (
         BUSY,
         collect,
+        is_complete,
         kept_copy,
         load_sweep,
+        other_scenarios,
         run_statuses,
         run_sweep,
         sweep_progress,
@@ -347,7 +349,9 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             wall = "" if r["wall_s"] is None else f"  {r['wall_s'] / 60:6.1f} min"
             test = ("" if r["test_mean"] != r["test_mean"]  # NaN: no evaluation yet
                     else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")
-            print(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}")
+            other = "" if r["changes"] is None else f"  another scenario: {r['changes']}"
+            print(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}"
+                  f"{other}")
         print(sweep_progress(sweep.name, where))
         return 0
     if command == "sweep":
@@ -377,6 +381,8 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             else 1
     from simfl.plots.study import plot_sweep
 
+    for line in other_scenarios(sweep, [run for run in sweep.runs if is_complete(run.run_dir)]):
+        print(line)
     for table, rows in collect(sweep).items():
         print(f"{sweep.out_dir / table}.parquet: {rows} rows")
     for path in plot_sweep(sweep.out_dir):

@@ -21,7 +21,9 @@ A sweep file names a scenario and the axes to vary::
 
 Runs go to ``results/<sweep name>/<run id>/``; a run whose manifest says
 ``complete`` is skipped when the sweep is launched again, and one interrupted
-after a checkpoint resumes from it (``python -m simfl resume``). Every run's overrides
+after a checkpoint resumes from it (``python -m simfl resume``), unless it ran
+another scenario (:func:`scenario_changes`): then it starts again from round 0,
+said first; a complete run of another scenario is kept, and named. Every run's overrides
 are validated before the first one starts. Ray is an optional extra
 (``pip install simfl[sweep]``); without it, or with ``--backend sequential``,
 the runs execute one after the other in this process.
@@ -32,7 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ import polars as pl
 from simfl.errors import InputError, RunBusy, RunFailed
 from simfl.metrics import error_summary
 from simfl.records import manifest_or_empty, read_table
-from simfl.scenario import Scenario, from_dict, is_plain_name, load_scenario
+from simfl.scenario import Scenario, from_dict, is_plain_name, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
 RAY_KEYS = {"address", "num_cpus", "num_gpus"}
@@ -203,9 +205,9 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
     from simfl.run import resume_run, run_scenario
 
     resolved = load_scenario(scenario, overrides)
-    if checkpoint_progress(run_dir) is not None and _same_scenario(run_dir, resolved):
+    if checkpoint_progress(run_dir) is not None and not scenario_changes(run_dir, resolved):
         manifest = resume_run(run_dir, progress)  # an interrupted run goes on
-    else:
+    else:  # run_sweep said so first when this replaces a checkpoint of another scenario
         manifest = run_scenario(resolved, run_dir, overwrite=True, progress=progress)
     return str(manifest["status"])
 
@@ -216,14 +218,17 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
     ``interrupted``, ``failed``, ``complete``, or ``archived``: not complete here but
     complete in ``archived/<sweep name>/``, the copies ``sweep --archived`` skips), the
     rounds done (at its last checkpoint, where a resume would start) of the scenario's,
-    the wall seconds worked (up to that checkpoint or the end) and the latest
-    evaluation's test mean and p90 error."""
+    the wall seconds worked (up to that checkpoint or the end), the latest
+    evaluation's test mean and p90 error, and ``changes``: how the scenario it ran
+    differs from the one the sweep now asks for (:func:`scenario_changes`; null when
+    the same), so a complete run of another scenario is not read as this sweep's and an
+    interrupted one, which a launch would start again from round 0, is seen first."""
     from simfl.checkpoint import checkpoint_progress, run_locked  # torch: not for the CLI
 
     rows = []
     for run in sweep.runs:
-        total = load_scenario(sweep.scenario, run.overrides).server.num_rounds
-        run_dir = run.run_dir
+        scenario = load_scenario(sweep.scenario, run.overrides)
+        total, run_dir = scenario.server.num_rounds, run.run_dir
         manifest = manifest_or_empty(run_dir)
         status = manifest.get("status", "not started")
         kept = kept_copy(sweep, run, archived)
@@ -243,13 +248,16 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
             if evals.height:
                 last = evals.filter(pl.col("round") == evals["round"].max())
                 test = error_summary(last["error"].to_numpy())
+        changes = "; ".join(scenario_changes(run_dir, scenario)) if manifest else ""
         rows.append({"run": run.run_id, "status": status, "rounds": rounds,
                      "num_rounds": total, "wall_s": wall_s, "device": manifest.get("device"),
-                     "test_mean": test["mean"], "test_p90": test["p90"]})
+                     "test_mean": test["mean"], "test_p90": test["p90"],
+                     "changes": changes or None})
     return pl.DataFrame(rows, schema={"run": pl.String, "status": pl.String,
                                       "rounds": pl.Int64, "num_rounds": pl.Int64,
                                       "wall_s": pl.Float64, "device": pl.String,
-                                      "test_mean": pl.Float64, "test_p90": pl.Float64})
+                                      "test_mean": pl.Float64, "test_p90": pl.Float64,
+                                      "changes": pl.String})
 
 
 def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
@@ -279,18 +287,61 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 
-def _same_scenario(run_dir: Path, scenario: Scenario) -> bool:
-    """Whether the run in ``run_dir`` was started from ``scenario`` (as its manifest says).
-    The manifest's scenario is read as ``resume`` reads it, so a key that simfl gained
-    after the run started takes its default (which keeps the old behaviour) and does not
-    make the sweep start the run again from round 0."""
+def scenario_changes(run_dir: Path, scenario: Scenario) -> list[str]:
+    """How the scenario the run in ``run_dir`` was started from (its manifest's) differs
+    from ``scenario``: one ``key = the run's value (the sweep: value)`` per key, sorted, or
+    why the two cannot be compared; [] when they are the same. The manifest's scenario is
+    read as ``resume`` reads it, so a key that simfl gained after the run started takes
+    its default (which keeps the old behaviour) and is no change."""
     started = manifest_or_empty(run_dir).get("scenario")
     if not isinstance(started, dict):
-        return False
+        return ["its manifest holds no scenario"]
     try:
-        return from_dict(started, source=str(run_dir / "manifest.json")) == scenario
-    except InputError:  # a key simfl no longer has, or a value it no longer takes
-        return False
+        ran = dict(_flat(to_dict(from_dict(started, source=str(run_dir / "manifest.json")))))
+    except InputError as e:  # a key simfl no longer has, or a value it no longer takes
+        return [f"its scenario no longer loads ({e})"]
+    now = dict(_flat(to_dict(scenario)))
+    return [f"{key} = {toml_value(ran[key])} (the sweep: {toml_value(now[key])})"
+            for key in sorted(ran) if ran[key] != now[key]]
+
+
+def other_scenarios(sweep: Sweep, complete: Sequence[SweepRun]) -> list[str]:
+    """A line for each of the ``complete`` runs that ran another scenario than the sweep
+    now asks for (it is kept, and counted and collected as the sweep's: never deleted)."""
+    lines = []
+    for run in complete:
+        changes = scenario_changes(run.run_dir, load_scenario(sweep.scenario, run.overrides))
+        if changes:
+            lines.append(f"{run.run_id}: complete, kept, though it ran another scenario: "
+                         f"{'; '.join(changes)}")
+    return lines
+
+
+def restarts(sweep: Sweep, pending: Sequence[SweepRun]) -> list[str]:
+    """A line for each of the ``pending`` runs whose checkpoint is of another scenario
+    than the sweep now asks for: the sweep starts it again from round 0, deleting that
+    checkpoint (said before it happens, so it can be stopped)."""
+    from simfl.checkpoint import checkpoint_progress, run_locked  # torch: not for the CLI
+
+    lines = []
+    for run in pending:
+        done = checkpoint_progress(run.run_dir)
+        if done is None or run_locked(run.run_dir):  # another process's run is left to it
+            continue
+        changes = scenario_changes(run.run_dir, load_scenario(sweep.scenario, run.overrides))
+        if changes:
+            lines.append(f"{run.run_id}: starts again from round 0, replacing its checkpoint "
+                         f"({done[0]} rounds done) of another scenario: {'; '.join(changes)}")
+    return lines
+
+
+def _flat(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) for every leaf of a nested table."""
+    for key, value in table.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 BUSY = "skipped: another process is working on it"  # the status of a run left to it
@@ -303,6 +354,10 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
     pending = [r for r in sweep.runs if not is_complete(r.run_dir)]
     report(f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(pending)} "
            f"already complete, {len(pending)} to run")
+    for line in other_scenarios(sweep, [r for r in sweep.runs if r not in pending]):
+        report(line)
+    for line in restarts(sweep, pending):
+        report(line)
     if backend == "auto":
         try:
             import ray  # noqa: F401

@@ -365,9 +365,12 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     assert kept["status"].to_list() == ["complete", "killed", "archived", "not started"]
     assert kept["rounds"].to_list() == [4, 2, 4, 0]
     assert kept["test_p90"][2] == pytest.approx(summary["p90"], abs=1e-12)
+    # that copy is seed 0's run filed as seed 1's: said, not read as the sweep's
+    assert kept["changes"].to_list() == [None, None, "seed = 0 (the sweep: 1)", None]
     assert main(["sweep", str(path), "--status", "--archived", str(archive)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].startswith(
-        "variant=always,clients_per_round=4,seed=1  archived  4/4 rounds")
+    line = capsys.readouterr().out.splitlines()[2]
+    assert line.startswith("variant=always,clients_per_round=4,seed=1  archived  4/4 rounds")
+    assert line.endswith("  another scenario: seed = 0 (the sweep: 1)")
 
 
 @pytest.mark.parametrize("edit, resumed", [
@@ -375,10 +378,13 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     ("another lr", False),
 ])
 def test_an_interrupted_run_resumes_unless_its_scenario_changed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str, resumed: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        edit: str, resumed: bool) -> None:
     """A sweep goes on with an interrupted run from its checkpoint when the run's manifest
     holds the scenario the sweep asks for, read with the defaults of keys added since it
-    started; a run of another scenario starts again from round 0."""
+    started; a run of another scenario starts again from round 0, which the sweep says
+    (with the keys that differ) before it replaces the checkpoint, and --status before
+    that; once complete, the run is kept and named by the next launch and collect."""
     import os
     import signal
 
@@ -407,10 +413,27 @@ def test_an_interrupted_run_resumes_unless_its_scenario_changed(
     else:
         manifest["scenario"]["train"]["lr"] = 0.5
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--status"]) == 0
+    status = capsys.readouterr().out.splitlines()[0]
+    assert status.endswith("" if resumed else "another scenario: train.lr = 0.5 (the sweep: 0.05)")
     assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    restart = (f"{run_dir.name}: starts again from round 0, replacing its checkpoint "
+               f"(3 rounds done) of another scenario: train.lr = 0.5 (the sweep: 0.05)")
+    assert said[1:] == ([] if resumed else [restart]) + [f"[1/1] {run_dir.name}: complete"]
     final = json.loads((run_dir / "manifest.json").read_text())
     assert final["status"] == "complete" and final["scenario"]["train"]["lr"] == 0.05
     assert [r["from_round"] for r in final.get("resumes", [])] == ([3] if resumed else [])
+    # a complete run of another scenario is kept; the launch and collect name it
+    final["scenario"]["train"]["lr"] = 0.5
+    (run_dir / "manifest.json").write_text(json.dumps(final))
+    kept = f"{run_dir.name}: complete, kept, though it ran another scenario: train.lr = 0.5 " \
+           f"(the sweep: 0.05)"
+    assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [kept]
+    assert main(["collect", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == kept
 
 
 def test_progress_gives_each_devices_pace_when_runs_started_on_several() -> None:
