@@ -310,8 +310,7 @@ def other_scenarios(sweep: Sweep, complete: Sequence[SweepRun]) -> list[str]:
     now asks for (it is kept, and counted and collected as the sweep's: never deleted)."""
     lines = []
     for run in complete:
-        changes = scenario_changes(run.run_dir, load_scenario(sweep.scenario, run.overrides))
-        if changes:
+        if changes := _changes(sweep, run):
             lines.append(f"{run.run_id}: complete, kept, though it ran another scenario: "
                          f"{'; '.join(changes)}")
     return lines
@@ -328,11 +327,14 @@ def restarts(sweep: Sweep, pending: Sequence[SweepRun]) -> list[str]:
         done = checkpoint_progress(run.run_dir)
         if done is None or run_locked(run.run_dir):  # another process's run is left to it
             continue
-        changes = scenario_changes(run.run_dir, load_scenario(sweep.scenario, run.overrides))
-        if changes:
+        if changes := _changes(sweep, run):
             lines.append(f"{run.run_id}: starts again from round 0, replacing its checkpoint "
                          f"({done[0]} rounds done) of another scenario: {'; '.join(changes)}")
     return lines
+
+
+def _changes(sweep: Sweep, run: SweepRun) -> list[str]:
+    return scenario_changes(run.run_dir, load_scenario(sweep.scenario, run.overrides))
 
 
 def _flat(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
