@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -130,8 +131,8 @@ def _tune(args: argparse.Namespace) -> int:
 
     result = tune(args.tuning, args.backend, progress=not args.quiet, archived=args.archived)
     for variant, values in result.chosen.items():
-        print(f"{variant or 'all runs'}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
-    print(f"{result.report}\n{result.chosen_file}")
+        _say(f"{variant or 'all runs'}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
+    _say(f"{result.report}\n{result.chosen_file}")
     return 0
 
 
@@ -155,7 +156,7 @@ def _data(args: argparse.Namespace) -> int:
     from simfl.data.convert import convert_femnist
 
     summary = convert_femnist(args.out, leaf_dir=args.from_leaf, tff_files=args.from_tff or ())
-    print("\n".join(summary.lines()))
+    _say("\n".join(summary.lines()))
     return 0
 
 
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if not argv or argv[0] in ("-h", "--help"):
-            print(_usage())
+            _say(_usage())
             return 0 if argv else 2
         command, rest = argv[0], argv[1:]
         if command == "plot":
@@ -232,6 +233,17 @@ def _looks_like_scenario(arg: str) -> bool:
     return arg.endswith(".toml") or Path(arg).exists()
 
 
+def _say(line: object) -> None:
+    """Print a line to stdout. If its reader has gone (``python -m simfl ... | head``),
+    print nothing more and go on: what a command does, and its exit status, do not
+    depend on who reads its output (stdout is pointed at /dev/null, so the buffered
+    rest is not flushed into the closed pipe either)."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _one_line(text: str) -> str:
     """``text`` with its line breaks escaped: a message quoting user input stays one line."""
     return LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
@@ -244,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     run_dir = args.out or Path("results") / scenario.name
     return _report(run_dir, lambda: run_scenario(scenario, run_dir, overwrite=args.overwrite,
-                                                 progress=not args.quiet, report=print))
+                                                 progress=not args.quiet, report=_say))
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -272,7 +284,7 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
         print(f"simfl: {run_dir}: run failed: {_one_line(str(e))}", file=sys.stderr)
         return 1
     test = manifest["summary"]["test"]
-    print(f"{run_dir}: test error mean {test['mean']:.4f}, p90 {test['p90']:.4f} "
+    _say(f"{run_dir}: test error mean {test['mean']:.4f}, p90 {test['p90']:.4f} "
           f"({manifest['wall_s']:.1f} s)")
     return 0
 
@@ -292,15 +304,15 @@ def _plot(args: argparse.Namespace) -> int:
             raise InputError(f"{run_dir}: {what}")
     for run_dir in args.run_dirs:
         for path in [*plot_run(run_dir), *plot_run_bias(run_dir)]:
-            print(path)
+            _say(path)
     if args.compare:
-        print(compare_runs(args.run_dirs, args.compare))
+        _say(compare_runs(args.run_dirs, args.compare))
     if args.compare_time:
-        print(compare_runs_vs_time(args.run_dirs, args.compare_time))
+        _say(compare_runs_vs_time(args.run_dirs, args.compare_time))
     if args.level is not None:
         for run_dir in args.run_dirs:
             hit = reach_level(run_dir, args.level)
-            print(f"{run_dir}: " + (f"p90 <= {args.level} at {hit['t_s'] / 3600:.2f} h, "
+            _say(f"{run_dir}: " + (f"p90 <= {args.level} at {hit['t_s'] / 3600:.2f} h, "
                                     f"round {hit['round']}, {hit['bytes_cum'] / 1e9:.2f} GB"
                                     if hit else f"never reaches p90 <= {args.level}"))
     return 0
@@ -314,7 +326,7 @@ def _trace(args: argparse.Namespace) -> int:
         raise InputError(f"{args.out}: a trace file must end in .parquet or .csv")
     check_output_file(args.out, args.overwrite)
     num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
-    print(f"{args.out}: {num_intervals} online intervals")
+    _say(f"{args.out}: {num_intervals} online intervals")
     return 0
 
 
@@ -350,9 +362,9 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             test = ("" if r["test_mean"] != r["test_mean"]  # NaN: no evaluation yet
                     else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")
             other = "" if r["changes"] is None else f"  another scenario: {r['changes']}"
-            print(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}"
+            _say(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}"
                   f"{other}")
-        print(sweep_progress(sweep.name, where))
+        _say(sweep_progress(sweep.name, where))
         return 0
     if command == "sweep":
         from simfl.checkpoint import RunInterrupted
@@ -362,7 +374,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         share = sweep.runs[i::n]  # fixed by the sweep file: shards never share a run
         runs = tuple(run for run in share if kept_copy(sweep, run, args.archived) is None)
         if len(runs) < len(share):
-            print(f"{sweep.name}: {len(share) - len(runs)} runs already archived in "
+            _say(f"{sweep.name}: {len(share) - len(runs)} runs already archived in "
                   f"{args.archived / sweep.name}")
         try:
             statuses = run_sweep(replace(sweep, runs=runs), args.backend,
@@ -375,18 +387,18 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             return 130
         busy = sum(s == BUSY for s in statuses.values())
         if busy:
-            print(f"{sweep.name}: {busy} runs left to the other processes working on them "
+            _say(f"{sweep.name}: {busy} runs left to the other processes working on them "
                   f"(python -m simfl sweep {args.sweep} --status)")
         return 0 if all(s.startswith("complete") or s == BUSY for s in statuses.values()) \
             else 1
     from simfl.plots.study import plot_sweep
 
     for line in other_scenarios(sweep, [run for run in sweep.runs if is_complete(run.run_dir)]):
-        print(line)
+        _say(line)
     for table, rows in collect(sweep).items():
-        print(f"{sweep.out_dir / table}.parquet: {rows} rows")
+        _say(f"{sweep.out_dir / table}.parquet: {rows} rows")
     for path in plot_sweep(sweep.out_dir):
-        print(path)
+        _say(path)
     return 0
 
 
@@ -404,6 +416,6 @@ def _drfl(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("results") / stem
     tables = run_experiment(cfg, out_dir)
     for path in write_figures(tables, out_dir):
-        print(path)
-    print(summary_table(tables["accuracy"]))
+        _say(path)
+    _say(summary_table(tables["accuracy"]))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,25 @@ def test_bad_key_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> Non
     assert "unknown key 'aggregator.thetta' (did you mean 'aggregator.theta'?)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_reader_that_leaves_does_not_fail_the_run(tmp_path: Path) -> None:
+    """``python -m simfl S.toml | head -1``: the run's outcome does not depend on who
+    reads its output. Here nobody does (the pipe's read end is closed before the run
+    prints a line), and the run still completes and exits 0, with no traceback."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SMALL.format(seed=0, aggregator="deltafl", theta=0.5))
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "simfl", str(scenario), "--out",
+                               str(tmp_path / "out"), "--quiet"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert "BrokenPipeError" not in proc.stderr
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["status"] == "complete"
 
 
 def test_existing_run_is_not_overwritten_without_flag(tmp_path: Path,
