@@ -241,7 +241,9 @@ def _say(line: object) -> None:
     try:
         print(line, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _one_line(text: str) -> str:
@@ -285,7 +287,7 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
         return 1
     test = manifest["summary"]["test"]
     _say(f"{run_dir}: test error mean {test['mean']:.4f}, p90 {test['p90']:.4f} "
-          f"({manifest['wall_s']:.1f} s)")
+         f"({manifest['wall_s']:.1f} s)")
     return 0
 
 
@@ -313,8 +315,8 @@ def _plot(args: argparse.Namespace) -> int:
         for run_dir in args.run_dirs:
             hit = reach_level(run_dir, args.level)
             _say(f"{run_dir}: " + (f"p90 <= {args.level} at {hit['t_s'] / 3600:.2f} h, "
-                                    f"round {hit['round']}, {hit['bytes_cum'] / 1e9:.2f} GB"
-                                    if hit else f"never reaches p90 <= {args.level}"))
+                                   f"round {hit['round']}, {hit['bytes_cum'] / 1e9:.2f} GB"
+                                   if hit else f"never reaches p90 <= {args.level}"))
     return 0
 
 
@@ -363,7 +365,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
                     else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")
             other = "" if r["changes"] is None else f"  another scenario: {r['changes']}"
             _say(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}"
-                  f"{other}")
+                 f"{other}")
         _say(sweep_progress(sweep.name, where))
         return 0
     if command == "sweep":
@@ -375,7 +377,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         runs = tuple(run for run in share if kept_copy(sweep, run, args.archived) is None)
         if len(runs) < len(share):
             _say(f"{sweep.name}: {len(share) - len(runs)} runs already archived in "
-                  f"{args.archived / sweep.name}")
+                 f"{args.archived / sweep.name}")
         try:
             statuses = run_sweep(replace(sweep, runs=runs), args.backend,
                                  progress=not args.quiet)
@@ -388,7 +390,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         busy = sum(s == BUSY for s in statuses.values())
         if busy:
             _say(f"{sweep.name}: {busy} runs left to the other processes working on them "
-                  f"(python -m simfl sweep {args.sweep} --status)")
+                 f"(python -m simfl sweep {args.sweep} --status)")
         return 0 if all(s.startswith("complete") or s == BUSY for s in statuses.values()) \
             else 1
     from simfl.plots.study import plot_sweep
