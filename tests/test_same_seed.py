@@ -10,25 +10,10 @@ from types import ModuleType
 
 import polars as pl
 
+from tests.test_cli import SMALL
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "same_seed.py"
-SMALL = """
-seed = 3
-[data]
-dataset = "synthetic"
-[data.synthetic]
-num_clients = 30
-[model]
-name = "linear"
-[aggregator]
-name = "deltafl"
-theta = 0.5
-[server]
-num_rounds = 4
-clients_per_round = 6
-[eval]
-every = 100
-"""
 
 
 def script() -> ModuleType:
@@ -59,21 +44,21 @@ def test_a_device_near_the_estimate_that_changes_side_is_named() -> None:
 
 def test_two_runs_of_one_seed_on_one_machine_agree_to_the_bit(tmp_path: Path) -> None:
     scenario = tmp_path / "s.toml"
-    scenario.write_text(SMALL)
+    scenario.write_text(SMALL.format(seed=3, aggregator="deltafl", theta=0.5))
     for name in ("a", "b"):
         subprocess.run([sys.executable, "-m", "simfl", str(scenario), "--out",
                         str(tmp_path / name), "--quiet"], check=True, cwd=tmp_path,
                        capture_output=True)
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "a"), str(tmp_path / "b"),
-                          "--rounds", "4", "--keep", str(tmp_path / "kept")],
+                          "--rounds", "6", "--keep", str(tmp_path / "kept")],
                          check=True, capture_output=True, text=True).stdout
     rounds = [line for line in out.splitlines() if line.startswith("round ")]
-    assert len(rounds) == 4
+    assert len(rounds) == 6
     assert all("same devices True, largest loss gap 0.00e+00" in line
                and line.endswith("status differs for 0") for line in rounds)
     kept = pl.read_parquet(tmp_path / "kept" / "clients.parquet")
     assert kept.equals(pl.read_parquet(tmp_path / "b" / "clients.parquet").filter(
-        pl.col("round") < 4))
+        pl.col("round") < 6))
 
 
 def test_bad_input_exits_2_and_keeps_nothing(tmp_path: Path) -> None:
