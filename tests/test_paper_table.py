@@ -117,3 +117,28 @@ def test_by_size_splits_the_devices_at_n_samples_per_seed(
     # the large ones 5 % and 7 % -> 6.00 ± 1.41; 1-2 small devices a seed, 1 large.
     assert "| FedAvg | 2 | 1–2 | 22.50 ± 10.61 | 1 | 6.00 ± 1.41 |" in out
     assert "| Δ-FL | 1 | 2 | 13.00 | 0 | — |" in out  # no device of 250 samples or more
+
+
+def cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+@pytest.mark.parametrize("results", ["docs/runs", "docs/runs/h100"])
+def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -> None:
+    """Every row bench/paper_table.py makes from the kept ConvNet runs (the CPU's and
+    the H100's) stands in docs/reproduction.md with the same figures, rule to
+    sample-weighted mean (the page writes out the seeds and, where runs differ,
+    the wall times)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+         "scenarios/paper/convnet.sweep.toml", "--results", results],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    rows = [cells(line) for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("| rule ")]
+    assert rows, out
+    page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+            if line.startswith("| ")]
+    for row in rows:
+        matches = [line for line in page if line[0] == row[0] and line[2:9] == row[2:9]]
+        assert matches, f"not in docs/reproduction.md: {row}"
+        assert any(line[1].startswith(row[1]) for line in matches), (row, matches)
