@@ -6,10 +6,11 @@ RUN_A and RUN_B are run directories (``clients.parquet`` and ``rounds.parquet``)
 the same scenario and seed, made on two machines (docs/reproduction.md, "The H100
 runs": the CPU and an H100) or with two thread counts. For each of the first
 ``--rounds`` rounds it prints whether the two drew the same devices, the largest
-gap between the losses the devices reported, the two servers' quantile estimates,
+gap between the losses the devices reported (and between their training losses,
+which every rule records), the two servers' quantile estimates,
 how many devices each kept, and every device kept by one and filtered by the other,
 with its loss and each side's estimate. Runs that agree to the bit print gap 0 and
-no such devices; a rule without loss reports (FedAvg) prints no gap.
+no such devices; a rule without loss reports (FedAvg) prints "-" for that gap.
 
 ``--keep DIR`` also writes the first ``--rounds`` rounds of RUN_B's two tables to
 DIR (a small copy to keep as evidence when RUN_B cannot be made again here, e.g. a
@@ -56,11 +57,12 @@ def compare(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame], rounds: int)
             continue
         qa, qb = q["quantile_estimate"][0], q["quantile_estimate_b"][0]
         same = x["status"].null_count() == 0 and x["status_b"].null_count() == 0
-        gap = cast("float | None", (x["loss_reported"] - x["loss_reported_b"]).abs().max())
+        gap, train_gap = (cast("float | None", (x[c] - x[f"{c}_b"]).abs().max())
+                          for c in ("loss_reported", "train_loss"))
         kept = [(x[c] == "aggregated").sum() for c in ("status", "status_b")]
         flips = x.filter(pl.col("status") != pl.col("status_b"))
-        lines.append(f"round {r}: same devices {same}, largest loss gap "
-                     f"{'-' if gap is None else f'{gap:.2e}'}, estimate "
+        lines.append(f"round {r}: same devices {same}, largest loss gap {_gap(gap)} "
+                     f"(training loss {_gap(train_gap)}), estimate "
                      f"{_num(qa)} / {_num(qb)}, kept {kept[0]} / {kept[1]}, "
                      f"status differs for {len(flips)}")
         for d in flips.iter_rows(named=True):
@@ -68,6 +70,10 @@ def compare(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame], rounds: int)
                          f"{_num(d['loss_reported'])} / {d['status_b']} at loss "
                          f"{_num(d['loss_reported_b'])}")
     return lines
+
+
+def _gap(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
 
 
 def _num(value: float | None) -> str:

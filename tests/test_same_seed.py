@@ -28,6 +28,7 @@ def tables(losses: list[float], kept: list[int], estimate: float) -> dict[str, p
     """One round of four devices: their reported losses, the ones kept, the estimate."""
     return {"clients": pl.DataFrame({
         "round": [0] * 4, "client_idx": [0, 1, 2, 3], "loss_reported": losses,
+        "train_loss": [loss / 2 for loss in losses],
         "status": ["aggregated" if i in kept else "filtered" for i in range(4)]}),
             "rounds": pl.DataFrame({"round": [0], "quantile_estimate": [estimate]})}
 
@@ -36,8 +37,9 @@ def test_a_device_near_the_estimate_that_changes_side_is_named() -> None:
     a = tables([1.0, 2.0, 3.0, 4.0], kept=[2, 3], estimate=2.5)
     b = tables([1.0, 2.6, 2.4, 4.0], kept=[1, 3], estimate=2.5)
     lines = script().compare(a, b, rounds=1)
-    assert lines[0] == ("round 0: same devices True, largest loss gap 6.00e-01, estimate "
-                        "2.500000 / 2.500000, kept 2 / 2, status differs for 2")
+    assert lines[0] == ("round 0: same devices True, largest loss gap 6.00e-01 (training "
+                        "loss 3.00e-01), estimate 2.500000 / 2.500000, kept 2 / 2, "
+                        "status differs for 2")
     assert lines[1:] == ["    device 1: filtered at loss 2.000000 / aggregated at loss 2.600000",
                          "    device 2: aggregated at loss 3.000000 / filtered at loss 2.400000"]
 
@@ -54,7 +56,7 @@ def test_two_runs_of_one_seed_on_one_machine_agree_to_the_bit(tmp_path: Path) ->
                          check=True, capture_output=True, text=True).stdout
     rounds = [line for line in out.splitlines() if line.startswith("round ")]
     assert len(rounds) == 6
-    assert all("same devices True, largest loss gap 0.00e+00" in line
+    assert all("same devices True, largest loss gap 0.00e+00 (training loss 0.00e+00)" in line
                and line.endswith("status differs for 0") for line in rounds)
     kept = pl.read_parquet(tmp_path / "kept" / "clients.parquet")
     assert kept.equals(pl.read_parquet(tmp_path / "b" / "clients.parquet").filter(
