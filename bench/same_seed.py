@@ -9,7 +9,7 @@ runs": the CPU and an H100) or with two thread counts. For each of the first
 gap between the losses the devices reported (and between their training losses,
 which every rule records), the two servers' quantile estimates,
 how many devices each kept, and every device kept by one and filtered by the other,
-with its loss and each side's estimate. Runs that agree to the bit print gap 0 and
+with the loss it reported in each. Runs that agree to the bit print gap 0 and
 no such devices; a rule without loss reports (FedAvg) prints "-" for that gap.
 
 ``--keep DIR`` also writes the first ``--rounds`` rounds of RUN_B's two tables to

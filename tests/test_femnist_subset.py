@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from simfl.data import load_data
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import load_scenario
+from tests.bench_scripts import bench_module
 from tests.data.test_femnist import fixture_arrays, write_npz
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,11 +73,7 @@ def test_an_existing_out_file_is_left_alone_with_exit_status_2(tmp_path: Path) -
 def test_a_cut_that_would_change_a_seeds_data_is_not_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    script = ROOT / "bench" / "femnist_subset.py"
-    spec = importlib.util.spec_from_file_location("femnist_subset", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench_module("femnist_subset")
     cfg = load_scenario(scenario(tmp_path)).data
     source = Path(cfg.path)
     rows = sum(n for n, _ in WRITERS.values())

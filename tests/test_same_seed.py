@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 
+from tests.bench_scripts import BENCH, bench_module
 from tests.test_cli import SMALL
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "bench" / "same_seed.py"
-
-
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("same_seed", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = BENCH / "same_seed.py"
 
 
 def tables(losses: list[float], kept: list[int], estimate: float) -> dict[str, pl.DataFrame]:
@@ -36,7 +26,7 @@ def tables(losses: list[float], kept: list[int], estimate: float) -> dict[str, p
 def test_a_device_near_the_estimate_that_changes_side_is_named() -> None:
     a = tables([1.0, 2.0, 3.0, 4.0], kept=[2, 3], estimate=2.5)
     b = tables([1.0, 2.6, 2.4, 4.0], kept=[1, 3], estimate=2.5)
-    lines = script().compare(a, b, rounds=1)
+    lines = bench_module("same_seed").compare(a, b, rounds=1)
     assert lines[0] == ("round 0: same devices True, largest loss gap 6.00e-01 (training "
                         "loss 3.00e-01), estimate 2.500000 / 2.500000, kept 2 / 2, "
                         "status differs for 2")
