@@ -8,8 +8,10 @@ of one table take longer than a work session, and ``results/`` does not outlive 
 machine it was written on. So for every complete run of the sweep this writes
 ``<to>/<sweep name>/<run id>/`` with the run's ``manifest.json`` (scenario, seed,
 versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round
-(one row per device and split) and, whole, the small per-round tables
-``rounds.parquet`` and ``bias.parquet``: tens of KB per run. That directory has the
+(one row per device and split), ``eval_rounds.parquet``, every evaluation round's mean
+and 90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the
+final read moves from one evaluation to the next), and, whole, the small per-round
+tables ``rounds.parquet`` and ``bias.parquet``: tens of KB per run. That directory has the
 layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
 after ``results``), ``python -m simfl sweep --archived docs/runs`` and ``python -m
 simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
@@ -17,7 +19,8 @@ collect --results docs/runs`` read it as a run. A run
 archived before is left as it is when its manifest is the same (the same run), else
 replaced, each file whole (written aside, then renamed); the script says when the
 re-run's summary differs (a re-run at the same seed and thread count should reproduce
-it). Nothing outside
+it); a run archived before ``eval_rounds.parquet`` was kept gains it where its run
+directory is still there. Nothing outside
 ``<to>/<sweep name>/<run id>/`` is written, except, for a tuning file whose choice
 ``tune`` has made, ``<to>/<tuning name>/tuning.md`` and ``chosen.toml`` (copied: a final
 sweep includes that ``chosen.toml``).
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import polars as pl
 
+from simfl.plots.runs import error_by_round
 from simfl.sweep import is_complete, load_sweep
 from simfl.tune import load_tuning
 
@@ -56,7 +60,8 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
         dest = to / sweep.name / run.run_id
         old = dest / "manifest.json"
         text = json.dumps(manifest, indent=2) + "\n"
-        if old.is_file() and old.read_text() == text:  # this very run, archived before
+        if (old.is_file() and old.read_text() == text  # this very run, archived before
+                and (dest / "eval_rounds.parquet").is_file()):
             kept += 1
             continue
         if old.exists():  # a re-run of an archived run
@@ -69,6 +74,7 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
         dest.mkdir(parents=True, exist_ok=True)
         evals = pl.read_parquet(run.run_dir / "eval.parquet")
         tables = {"eval": evals.filter(pl.col("round") == evals["round"].max()),
+                  "eval_rounds": error_by_round(evals),
                   **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE}}
         for table, frame in tables.items():  # each file whole or not at all, manifest last
             frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")

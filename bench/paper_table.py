@@ -2,7 +2,7 @@
 
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
         [--ecdf OUT.png] [--scatter OUT.png] [--plot-variants V ...] [--versus fedavg]
-        [--also OTHER.sweep.toml] [--by-size N]
+        [--also OTHER.sweep.toml] [--by-size N] [--window R] [--trajectory OUT.png]
         [--results DIR ...]
 
 Reads every complete run of the sweep (its manifest and final evaluation), from
@@ -33,6 +33,19 @@ The papers' AFL row is q-FFL with q = 10 ("We use q-FFL with q = 10 in place of
 AFL", workshop paper, Baselines): simfl's ``qffl_10`` variant is set beside it, and
 simfl's own AFL (``afl``, Mohri et al.'s projected ascent on λ) too.
 
+``--window R`` is simfl's addition, not the papers' protocol (they report the final
+model): the 90th percentile of one evaluation moves from one evaluation to the next,
+so for every run with its evaluation rounds kept (``eval_rounds.parquet``, or a whole
+``eval.parquet`` in ``results/``) it averages the test p90 and mean over the
+evaluations of the last R rounds, gives their within-run standard deviation beside
+the final one, and (with ``--versus``) the paired differences of those averages;
+with ``--by-size N`` too, for every run whose whole ``eval.parquet`` is at hand
+(``results/``; ``docs/runs`` keeps the final round only), the mean test error of the
+devices below and above N samples over those evaluations, and in how many of them
+the smaller devices fare worse.
+``--trajectory`` draws every such run's test p90 against the round (over the window's
+rounds with ``--window``).
+
 ``--errors`` writes the final per-device test errors of every run; ``--ecdf``
 draws their ECDF and ``--scatter`` the error against local data size, one
 colour per variant (its lowest seed). ``--by-size N`` splits the unseen test
@@ -53,7 +66,12 @@ import polars as pl
 from scipy import stats
 
 from simfl.plots import save_figure
-from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule
+from simfl.plots.runs import (
+    error_by_round,
+    plot_error_ecdf,
+    plot_error_vs_size_by_rule,
+    plot_p90_by_round,
+)
 from simfl.scenario import load_scenario
 from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
 
@@ -143,6 +161,11 @@ def main() -> None:
     parser.add_argument("--by-size", type=int, metavar="N",
                         help="mean test error of the devices with fewer than N samples and of "
                              "the others, per variant")
+    parser.add_argument("--window", type=int, metavar="R",
+                        help="average each run's test p90 and mean over the evaluations of "
+                             "its last R rounds (runs with their evaluation rounds kept)")
+    parser.add_argument("--trajectory", help="draw each run's test p90 against the round here "
+                                             "(PNG)")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
     parser.add_argument("--results", action="append", type=Path,
                         help="where run directories are, in order of preference (repeatable; "
@@ -152,7 +175,7 @@ def main() -> None:
     model = load_scenario(sweep.scenario, sweep.runs[0].overrides).model.name
     runs = variant_keys([load_sweep(path) for path in (args.sweep, *args.also)])
     places = args.results or [Path("results"), Path("docs/runs")]
-    rows, errors = [], []
+    rows, errors, trajectories, windows = [], [], [], []
     scenarios: dict[str, dict] = {}  # variant -> the scenario of its first complete run
     for key, run in runs:
         # A sweep's run directory is <results>/<sweep name>/<run id>: look in every place.
@@ -174,6 +197,14 @@ def main() -> None:
         errors.append(last.select("client_id", "num_samples", "error").with_columns(
             variant=pl.lit(rows[-1]["variant"]), label=pl.lit(rows[-1]["label"]),
             seed=pl.lit(run.params["seed"])))
+        if args.window and args.by_size and evals["round"].n_unique() > 1:
+            windows.append(evals.filter(
+                (pl.col("split") == "test") & (pl.col("round") > evals["round"].max() - args.window)
+            ).select("round", "num_samples", "error").with_columns(
+                variant=pl.lit(key), seed=pl.lit(run.params["seed"])))
+        if (args.window or args.trajectory) and (rounds := evaluations(run_dir)) is not None:
+            trajectories.append(rounds.select("round", "mean", "p90").with_columns(
+                variant=pl.lit(key), seed=pl.lit(run.params["seed"])))
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
@@ -201,6 +232,12 @@ def main() -> None:
         versus(table, args.versus, order)
     if args.by_size:
         by_size(pl.concat(errors), args.by_size, order, labels)
+    if args.window:
+        if not trajectories:
+            raise SystemExit("--window: no run has its evaluation rounds kept")
+        window(pl.concat(trajectories), args.window, order, labels, args.versus)
+        if windows:
+            by_size_over_window(pl.concat(windows), args.by_size, args.window, order, labels)
     if args.errors:
         pl.concat(errors).write_parquet(args.errors)
     first = pl.concat(errors).filter(pl.col("seed") == pl.col("seed").min().over("variant"))
@@ -212,6 +249,17 @@ def main() -> None:
         if out:
             save_figure(draw(first, f"{sweep.name}: {what}"), out)
             print(out)
+    if args.trajectory and trajectories:
+        runs_drawn = pl.concat(trajectories).with_columns(
+            pl.col("variant").replace_strict(labels).alias("label"))
+        if args.plot_variants:
+            runs_drawn = runs_drawn.filter(pl.col("variant").is_in(args.plot_variants))
+        if args.window:  # the evaluations the window averages
+            runs_drawn = runs_drawn.filter(
+                pl.col("round") > pl.col("round").max().over("variant", "seed") - args.window)
+        save_figure(plot_p90_by_round(runs_drawn, f"{sweep.name}: test p90 by round"),
+                    args.trajectory)
+        print(args.trajectory)
 
 
 def distinguish(labels: dict[str, str], scenarios: dict[str, dict]) -> dict[str, str]:
@@ -253,13 +301,14 @@ def variant_keys(sweeps: list[Sweep]) -> list[tuple[str, SweepRun]]:
     return keyed
 
 
-def versus(table: pl.DataFrame, reference: str, order: list[str]) -> None:
-    """Each variant minus ``reference``, paired by seed: mean [95% t-interval], paired p."""
+def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "") -> None:
+    """Each variant minus ``reference``, paired by seed: mean [95% t-interval], paired p
+    (``of`` names the figures compared when they are not the final evaluation's)."""
     ref = table.filter(pl.col("variant") == reference).select("seed", "p90", "mean")
     if ref.height == 0:
         raise SystemExit(f"--versus {reference}: no complete run of that variant")
-    print(f"\nEach rule minus {reference}, paired by seed (percentage points; 95% t-interval "
-          f"over the seeds both have; p: paired t-test)\n")
+    print(f"\nEach rule minus {reference}{of}, paired by seed (percentage points; 95% "
+          f"t-interval over the seeds both have; p: paired t-test)\n")
     print("| rule | seeds | p90 difference | p | mean difference | p |")
     print("|---|---|---|---|---|---|")
     for variant in order:
@@ -271,6 +320,50 @@ def versus(table: pl.DataFrame, reference: str, order: list[str]) -> None:
         cells = [_paired(100 * (both[m] - both[f"{m}_ref"]).to_numpy()) for m in ("p90", "mean")]
         print(f"| {both['label'][0]} | {', '.join(map(str, sorted(both['seed'])))} | "
               f"{cells[0]} | {cells[1]} |")
+
+
+def evaluations(run_dir: Path) -> pl.DataFrame | None:
+    """A run's test mean and p90 at every evaluation round (its ``eval_rounds.parquet``,
+    or from a whole ``eval.parquet``); None where only the final round is kept."""
+    kept = run_dir / "eval_rounds.parquet"
+    rounds = (pl.read_parquet(kept) if kept.is_file()
+              else error_by_round(pl.read_parquet(run_dir / "eval.parquet")))
+    test = rounds.filter(pl.col("split") == "test")
+    return test if test.height > 1 else None
+
+
+def window(trajectories: pl.DataFrame, rounds: int, order: list[str], labels: dict[str, str],
+           reference: str | None) -> None:
+    """Per variant, over its runs with evaluation rounds: the final test p90, the p90 and
+    mean averaged over the evaluations after round (last - ``rounds``) (mean ± std over
+    seeds), and the within-run standard deviation of p90 over those evaluations (its range
+    over the runs); with ``reference``, the paired differences of the averages."""
+    last = trajectories.filter(
+        pl.col("round") > pl.col("round").max().over("variant", "seed") - rounds)
+    per_run = last.group_by("variant", "seed").agg(
+        final=pl.col("p90").sort_by("round").last(), p90=pl.col("p90").mean(),
+        mean=pl.col("mean").mean(), within=pl.col("p90").std(), evaluations=pl.len())
+    print(f"\nTest error (%) averaged over the evaluations of each run's last {rounds} rounds "
+          "(simfl's addition: the papers report the final model), mean ± std over seeds\n")
+    print("| rule | seeds | evaluations a run | final p90 | p90, averaged | within-run sd of "
+          "p90 | mean, averaged |")
+    print("|---|---|---|---|---|---|---|")
+    for variant in order:
+        part = per_run.filter(pl.col("variant") == variant).sort("seed")
+        if part.height == 0:
+            continue
+        within = 100 * part["within"].to_numpy()
+        spread = (f"{within[0]:.2f}" if len(within) == 1
+                  else f"{within.min():.2f}–{within.max():.2f}")
+        counts = part["evaluations"].to_list()
+        low, high = min(counts), max(counts)
+        print(f"| {labels[variant]} | {', '.join(map(str, part['seed']))} | "
+              f"{low if low == high else f'{low}–{high}'} | "
+              f"{_pm(100 * part['final'].to_numpy())} | {_pm(100 * part['p90'].to_numpy())} | "
+              f"{spread} | {_pm(100 * part['mean'].to_numpy())} |")
+    if reference:
+        versus(per_run.with_columns(pl.col("variant").replace_strict(labels).alias("label")),
+               reference, order, of=f" (averaged over the last {rounds} rounds)")
 
 
 def by_size(errors: pl.DataFrame, n: int, order: list[str], labels: dict[str, str]) -> None:
@@ -299,6 +392,29 @@ def by_size(errors: pl.DataFrame, n: int, order: list[str], labels: dict[str, st
             count = f"{low}" if low == high else f"{low}–{high}"
             cells.append(f"{count} | {_pm(side['error'].to_numpy())}")
         print(f"| {labels[variant]} | {part['seed'].n_unique()} | {' | '.join(cells)} |")
+
+
+def by_size_over_window(errors: pl.DataFrame, n: int, rounds: int, order: list[str],
+                        labels: dict[str, str]) -> None:
+    """Per run: the mean test error of its devices with fewer than ``n`` samples and of the
+    others at each evaluation of its last ``rounds`` rounds, as mean ± std over those
+    evaluations, and the number of evaluations where the smaller devices' is higher."""
+    large = (pl.col("num_samples") >= n).alias("large")
+    per_round = errors.group_by("variant", "seed", "round", large).agg(
+        error=100 * pl.col("error").mean()).pivot("large", index=["variant", "seed", "round"],
+                                                  values="error")
+    print(f"\nMean test error (%) of the test devices with < {n} and ≥ {n} samples at each "
+          f"evaluation of the last {rounds} rounds (mean ± std over those evaluations; runs "
+          "with every evaluation at hand)\n")
+    print(f"| rule | seed | evaluations | < {n}: mean error | ≥ {n}: mean error | "
+          f"evaluations with < {n} worse |")
+    print("|---|---|---|---|---|---|")
+    for variant in order:
+        for seed in sorted(set(per_round.filter(pl.col("variant") == variant)["seed"])):
+            run = per_round.filter((pl.col("variant") == variant) & (pl.col("seed") == seed))
+            small, big = run["false"].to_numpy(), run["true"].to_numpy()
+            print(f"| {labels[variant]} | {seed} | {run.height} | {_pm(small)} | {_pm(big)} | "
+                  f"{int((small > big).sum())} |")
 
 
 def _paired(diff: np.ndarray) -> str:

@@ -119,6 +119,58 @@ def test_by_size_splits_the_devices_at_n_samples_per_seed(
     assert "| Δ-FL | 1 | 2 | 13.00 | 0 | — |" in out  # no device of 250 samples or more
 
 
+def test_window_averages_each_runs_last_evaluations(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import polars as pl
+    from paper_table import window
+
+    # rounds 0, 10, 20, 30; a window of 20 rounds keeps rounds 20 and 30 of each run
+    runs = pl.DataFrame({
+        "variant": ["ref"] * 8 + ["dfl"] * 4, "seed": [0] * 4 + [1] * 4 + [0] * 4,
+        "round": [0, 10, 20, 30] * 3,
+        "p90": [0.9, 0.9, 0.30, 0.20, 0.9, 0.9, 0.40, 0.40, 0.9, 0.9, 0.20, 0.10],
+        "mean": [0.5, 0.5, 0.10, 0.20, 0.5, 0.5, 0.20, 0.20, 0.5, 0.5, 0.10, 0.10]})
+    window(runs, 20, ["ref", "dfl"], {"ref": "FedAvg", "dfl": "Δ-FL"}, "ref")
+    out = capsys.readouterr().out
+    # ref: finals 20 and 40 -> 30.00 ± 14.14; averages 25 and 40 -> 32.50 ± 10.61; the
+    # within-run sd of (30, 20) is 7.07, of (40, 40) 0; means 15 and 20 -> 17.50 ± 3.54
+    assert "| FedAvg | 0, 1 | 2 | 30.00 ± 14.14 | 32.50 ± 10.61 | 0.00–7.07 | 17.50 ± 3.54 |" in out
+    assert "| Δ-FL | 0 | 2 | 10.00 | 15.00 | 7.07 | 10.00 |" in out
+    assert "| Δ-FL | 0 | -10.00 | — | -5.00 | — |" in out  # paired on seed 0 only
+
+
+def test_by_size_over_window_counts_the_evaluations_where_small_devices_fare_worse(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import polars as pl
+    from paper_table import by_size_over_window
+
+    # one run, two evaluations: small devices 20 % then 10 %, the large one 15 % then 25 %
+    errors = pl.DataFrame({"variant": ["dfl"] * 6, "seed": [3] * 6,
+                           "round": [10, 10, 10, 20, 20, 20],
+                           "num_samples": [100, 120, 300, 100, 120, 300],
+                           "error": [0.1, 0.3, 0.15, 0.05, 0.15, 0.25]})
+    by_size_over_window(errors, 250, 20, ["dfl"], {"dfl": "Δ-FL"})
+    assert "| Δ-FL | 3 | 2 | 15.00 ± 7.07 | 20.00 ± 7.07 | 1 |" in capsys.readouterr().out
+
+
+def test_evaluations_are_none_where_only_the_final_round_is_kept(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import polars as pl
+    from paper_table import evaluations
+
+    rows = pl.DataFrame({"round": [10, 10, 20, 20], "t_s": [1.0, 1.0, 2.0, 2.0],
+                         "split": ["test", "train", "test", "test"],
+                         "error": [0.5, 0.1, 0.2, 0.4]})
+    rows.write_parquet(tmp_path / "eval.parquet")
+    test = evaluations(tmp_path)
+    assert test is not None
+    assert test["round"].to_list() == [10, 20]
+    assert test["mean"].to_list() == [0.5, pytest.approx(0.3)]
+    rows.filter(pl.col("round") == 20).write_parquet(tmp_path / "eval.parquet")
+    assert evaluations(tmp_path) is None
+
+
 def cells(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
 

@@ -20,6 +20,7 @@ from simfl.plots.runs import (
     plot_error_ecdf,
     plot_error_vs_size,
     plot_error_vs_size_by_rule,
+    plot_p90_by_round,
     plot_round_durations,
     plot_run,
     run_label,
@@ -290,6 +291,18 @@ def test_error_ecdf_draws_each_label_up_to_one() -> None:
     tops = sorted(float(np.max(line.get_xdata()[np.isfinite(line.get_xdata())]))
                   for line in curves)
     assert tops == [0.3, 0.5]
+
+
+def test_p90_by_round_draws_one_line_per_run() -> None:
+    runs = pl.DataFrame({"label": ["a"] * 6 + ["b"] * 3, "seed": [0, 0, 0, 1, 1, 1, 0, 0, 0],
+                         "round": [20, 0, 10] * 3,
+                         "p90": [0.3, 0.5, 0.4, 0.2, 0.6, 0.35, 0.1, 0.2, 0.15]})
+    ax = plot_p90_by_round(runs, "t").axes[0]
+    lines = sorted((tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()
+                   if len(line.get_xdata()) == 3)
+    assert lines == [((0, 10, 20), (0.2, 0.15, 0.1)), ((0, 10, 20), (0.5, 0.4, 0.3)),
+                     ((0, 10, 20), (0.6, 0.35, 0.2))]  # each run in round order, not averaged
+    assert set(ax.get_legend_handles_labels()[1]) == {"a", "b"}
 
 
 def test_the_bias_decomposition_figure_stacks_the_three_terms(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
+from simfl.plots.runs import error_by_round
 from simfl.plots.study import plot_sweep
 from simfl.sweep import (
     BUSY,
@@ -130,6 +131,10 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     final = pl.read_parquet(kept.out_dir / "eval.parquet")
     every = pl.read_parquet(sweep.out_dir / "eval.parquet")
     assert final.equals(every.filter(pl.col("round") == 4)) and final.height > 0
+    for run, kept_run in zip(sweep.runs, kept.runs, strict=True):  # every evaluation, summarised
+        summary = pl.read_parquet(kept_run.run_dir / "eval_rounds.parquet")
+        assert summary.equals(error_by_round(pl.read_parquet(run.run_dir / "eval.parquet")))
+        assert summary["round"].n_unique() > 1
     # archived again: the same runs are left alone, a re-run (another manifest) is replaced
     stamps = {f: f.stat().st_mtime_ns for f in kept.out_dir.rglob("*.parquet")}
     rerun = sweep.runs[1].run_dir / "manifest.json"
@@ -141,6 +146,15 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     assert changed == {sweep.runs[1].run_id}
     assert json.loads((kept.runs[1].run_dir / "manifest.json").read_text())["wall_s"] == 1.0
     assert not list(kept.out_dir.rglob("*.tmp"))
+    # a run archived before eval_rounds.parquet was kept gains it, and only that run changes
+    (kept.runs[2].run_dir / "eval_rounds.parquet").unlink()
+    stamps = {f: f.stat().st_mtime_ns for f in kept.out_dir.rglob("*.parquet")}
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(path),
+                    "--to", str(tmp_path / "archive"), "--results", str(tmp_path / "results")],
+                   check=True, capture_output=True)
+    assert (kept.runs[2].run_dir / "eval_rounds.parquet").is_file()
+    assert {f.parent.name for f, t in stamps.items()
+            if f.stat().st_mtime_ns != t} == {sweep.runs[2].run_id}
     # a run written before eval gained client_idx still collects, with nulls there
     old = sweep.runs[0].run_dir / "eval.parquet"
     pl.read_parquet(old).drop("client_idx").write_parquet(old)

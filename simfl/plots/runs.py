@@ -160,6 +160,18 @@ def plot_error_ecdf(errors: pl.DataFrame, title: str) -> Figure:
     return fig
 
 
+def plot_p90_by_round(runs: pl.DataFrame, title: str) -> Figure:
+    """Test 90th-percentile error against the round, one line per run (columns label,
+    seed, round, p90), coloured by ``label``: how far the final evaluation's figure
+    moves from one evaluation to the next."""
+    fig, ax = new_axes((9.5, 4.5))
+    sns.lineplot(data=runs.sort("round").to_pandas(), x="round", y="p90", hue="label",
+                 units="seed", estimator=None, lw=0.9, alpha=0.8, ax=ax)
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1.0), title="rule (a line a seed)")
+    ax.set(xlabel="round", ylabel=f"test error, {P90_LABEL}", title=title)
+    return fig
+
+
 def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
     """Per-device error vs local data size at the last eval round, one marker per split."""
     rows = last_round_rows(eval_df)
