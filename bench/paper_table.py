@@ -197,14 +197,14 @@ def main() -> None:
         errors.append(last.select("client_id", "num_samples", "error").with_columns(
             variant=pl.lit(rows[-1]["variant"]), label=pl.lit(rows[-1]["label"]),
             seed=pl.lit(run.params["seed"])))
+        this_run = {"variant": pl.lit(key), "seed": pl.lit(run.params["seed"])}
         if args.window and args.by_size and evals["round"].n_unique() > 1:
-            windows.append(evals.filter(
-                (pl.col("split") == "test") & (pl.col("round") > evals["round"].max() - args.window)
-            ).select("round", "num_samples", "error").with_columns(
-                variant=pl.lit(key), seed=pl.lit(run.params["seed"])))
-        if (args.window or args.trajectory) and (rounds := evaluations(run_dir)) is not None:
-            trajectories.append(rounds.select("round", "mean", "p90").with_columns(
-                variant=pl.lit(key), seed=pl.lit(run.params["seed"])))
+            windows.append(evals.with_columns(**this_run).filter(
+                (pl.col("split") == "test") & in_window(args.window)).select(
+                "variant", "seed", "round", "num_samples", "error"))
+        if (args.window or args.trajectory) and (
+                rounds := evaluations(run_dir, evals)) is not None:
+            trajectories.append(rounds.select("round", "mean", "p90").with_columns(**this_run))
     if not rows:
         raise SystemExit(f"{args.sweep}: no complete run yet")
     table = pl.DataFrame(rows)
@@ -255,8 +255,7 @@ def main() -> None:
         if args.plot_variants:
             runs_drawn = runs_drawn.filter(pl.col("variant").is_in(args.plot_variants))
         if args.window:  # the evaluations the window averages
-            runs_drawn = runs_drawn.filter(
-                pl.col("round") > pl.col("round").max().over("variant", "seed") - args.window)
+            runs_drawn = runs_drawn.filter(in_window(args.window))
         save_figure(plot_p90_by_round(runs_drawn, f"{sweep.name}: test p90 by round"),
                     args.trajectory)
         print(args.trajectory)
@@ -322,14 +321,19 @@ def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "") 
               f"{cells[0]} | {cells[1]} |")
 
 
-def evaluations(run_dir: Path) -> pl.DataFrame | None:
+def evaluations(run_dir: Path, evals: pl.DataFrame) -> pl.DataFrame | None:
     """A run's test mean and p90 at every evaluation round (its ``eval_rounds.parquet``,
-    or from a whole ``eval.parquet``); None where only the final round is kept."""
+    or from ``evals``, its ``eval.parquet``, where that is whole); None where only the
+    final round is kept."""
     kept = run_dir / "eval_rounds.parquet"
-    rounds = (pl.read_parquet(kept) if kept.is_file()
-              else error_by_round(pl.read_parquet(run_dir / "eval.parquet")))
+    rounds = pl.read_parquet(kept) if kept.is_file() else error_by_round(evals)
     test = rounds.filter(pl.col("split") == "test")
     return test if test.height > 1 else None
+
+
+def in_window(rounds: int) -> pl.Expr:
+    """The rows of each run's (variant, seed) last ``rounds`` rounds."""
+    return pl.col("round") > pl.col("round").max().over("variant", "seed") - rounds
 
 
 def window(trajectories: pl.DataFrame, rounds: int, order: list[str], labels: dict[str, str],
@@ -338,9 +342,7 @@ def window(trajectories: pl.DataFrame, rounds: int, order: list[str], labels: di
     mean averaged over the evaluations after round (last - ``rounds``) (mean ± std over
     seeds), and the within-run standard deviation of p90 over those evaluations (its range
     over the runs); with ``reference``, the paired differences of the averages."""
-    last = trajectories.filter(
-        pl.col("round") > pl.col("round").max().over("variant", "seed") - rounds)
-    per_run = last.group_by("variant", "seed").agg(
+    per_run = trajectories.filter(in_window(rounds)).group_by("variant", "seed").agg(
         final=pl.col("p90").sort_by("round").last(), p90=pl.col("p90").mean(),
         mean=pl.col("mean").mean(), within=pl.col("p90").std(), evaluations=pl.len())
     print(f"\nTest error (%) averaged over the evaluations of each run's last {rounds} rounds "

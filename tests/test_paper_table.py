@@ -9,10 +9,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
+
+from tests.bench_scripts import bench_module
 
 ROOT = Path(__file__).parents[1]
 KEPT = ROOT / "docs" / "runs" / "paper_linear"
+paper_table = bench_module("paper_table")
 
 
 def kept(variant: str, sweep: Path = KEPT) -> dict[int, dict[str, float]]:
@@ -62,56 +66,45 @@ def test_a_second_sweeps_variant_of_the_same_name_is_kept_apart() -> None:
 
 
 def test_rule_labels_name_what_differs_from_the_papers_protocol() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from paper_table import rule_label
-
     def scenario(**model: object) -> dict:
         return {"aggregator": {"name": "deltafl", "theta": 0.5}, "data": {},
                 "model": {"name": "linear", **model}, "train": {"batch_size": 10}}
 
-    assert rule_label(scenario()) == "Δ-FL θ = 0.5"  # a manifest from before model.bias/init
-    assert rule_label(scenario(bias=True, init="pytorch")) == "Δ-FL θ = 0.5"
-    assert rule_label(scenario(bias=False, init="zeros")) == "Δ-FL θ = 0.5, no bias, from W = 0"
-    assert rule_label(scenario(bias=False)) == "Δ-FL θ = 0.5, no bias"
+    label = paper_table.rule_label
+    assert label(scenario()) == "Δ-FL θ = 0.5"  # a manifest from before model.bias/init
+    assert label(scenario(bias=True, init="pytorch")) == "Δ-FL θ = 0.5"
+    assert label(scenario(bias=False, init="zeros")) == "Δ-FL θ = 0.5, no bias, from W = 0"
+    assert label(scenario(bias=False)) == "Δ-FL θ = 0.5, no bias"
     batch32 = {**scenario(init="zeros"), "train": {"batch_size": 32}}
-    assert rule_label(batch32) == "Δ-FL θ = 0.5, from W = 0, batch 32"
+    assert label(batch32) == "Δ-FL θ = 0.5, from W = 0, batch 32"
 
 
 def test_rows_sharing_a_label_are_told_apart_by_the_settings_that_differ() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from paper_table import distinguish
-
     old = {"seed": 0, "model": {"l2": 1e-4}, "train": {"lr": 1.0}}  # before model.bias
     new = {"seed": 1, "model": {"l2": 1e-6, "bias": True}, "train": {"lr": 1.0}}
     other = {"seed": 0, "model": {"l2": 1e-5}, "train": {"lr": 1.0}}
     labels = {"deltafl_0_5": "Δ-FL θ = 0.5", "b/deltafl_0_5": "Δ-FL θ = 0.5", "fedavg": "FedAvg"}
-    got = distinguish(labels, {"deltafl_0_5": old, "b/deltafl_0_5": new, "fedavg": other})
+    got = paper_table.distinguish(labels, {"deltafl_0_5": old, "b/deltafl_0_5": new,
+                                           "fedavg": other})
     assert got == {"deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 0.0001",
                    "b/deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 1e-06", "fedavg": "FedAvg"}
 
 
 def test_wall_time_is_told_per_device_when_runs_ran_on_several() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import polars as pl
-    from paper_table import wall_cell
-
     part = pl.DataFrame({"device": ["cpu", "H100", "cpu"], "wall_s": [600.0, 60.0, 1200.0]})
+    wall_cell = paper_table.wall_cell
     assert wall_cell(part, by_device=True) == "15.0 min (cpu); 1.0 min (H100)"
     assert wall_cell(part.filter(pl.col("device") == "cpu"), by_device=False) == "15.0 min"
 
 
 def test_by_size_splits_the_devices_at_n_samples_per_seed(
         capsys: pytest.CaptureFixture[str]) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import polars as pl
-    from paper_table import by_size
-
     errors = pl.DataFrame({
         "variant": ["fedavg"] * 5 + ["dfl"] * 2,
         "seed": [0, 0, 0, 1, 1, 0, 0],
         "num_samples": [100, 120, 300, 110, 400, 100, 120],
         "error": [0.10, 0.20, 0.05, 0.30, 0.07, 0.12, 0.14]})
-    by_size(errors, 250, ["fedavg", "dfl"], {"fedavg": "FedAvg", "dfl": "Δ-FL"})
+    paper_table.by_size(errors, 250, ["fedavg", "dfl"], {"fedavg": "FedAvg", "dfl": "Δ-FL"})
     out = capsys.readouterr().out
     # FedAvg: seed 0's small devices average 15 %, seed 1's 30 % -> 22.50 ± 10.61;
     # the large ones 5 % and 7 % -> 6.00 ± 1.41; 1-2 small devices a seed, 1 large.
@@ -120,17 +113,13 @@ def test_by_size_splits_the_devices_at_n_samples_per_seed(
 
 
 def test_window_averages_each_runs_last_evaluations(capsys: pytest.CaptureFixture[str]) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import polars as pl
-    from paper_table import window
-
     # rounds 0, 10, 20, 30; a window of 20 rounds keeps rounds 20 and 30 of each run
     runs = pl.DataFrame({
         "variant": ["ref"] * 8 + ["dfl"] * 4, "seed": [0] * 4 + [1] * 4 + [0] * 4,
         "round": [0, 10, 20, 30] * 3,
         "p90": [0.9, 0.9, 0.30, 0.20, 0.9, 0.9, 0.40, 0.40, 0.9, 0.9, 0.20, 0.10],
         "mean": [0.5, 0.5, 0.10, 0.20, 0.5, 0.5, 0.20, 0.20, 0.5, 0.5, 0.10, 0.10]})
-    window(runs, 20, ["ref", "dfl"], {"ref": "FedAvg", "dfl": "Δ-FL"}, "ref")
+    paper_table.window(runs, 20, ["ref", "dfl"], {"ref": "FedAvg", "dfl": "Δ-FL"}, "ref")
     out = capsys.readouterr().out
     # ref: finals 20 and 40 -> 30.00 ± 14.14; averages 25 and 40 -> 32.50 ± 10.61; the
     # within-run sd of (30, 20) is 7.07, of (40, 40) 0; means 15 and 20 -> 17.50 ± 3.54
@@ -141,34 +130,24 @@ def test_window_averages_each_runs_last_evaluations(capsys: pytest.CaptureFixtur
 
 def test_by_size_over_window_counts_the_evaluations_where_small_devices_fare_worse(
         capsys: pytest.CaptureFixture[str]) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import polars as pl
-    from paper_table import by_size_over_window
-
     # one run, two evaluations: small devices 20 % then 10 %, the large one 15 % then 25 %
     errors = pl.DataFrame({"variant": ["dfl"] * 6, "seed": [3] * 6,
                            "round": [10, 10, 10, 20, 20, 20],
                            "num_samples": [100, 120, 300, 100, 120, 300],
                            "error": [0.1, 0.3, 0.15, 0.05, 0.15, 0.25]})
-    by_size_over_window(errors, 250, 20, ["dfl"], {"dfl": "Δ-FL"})
+    paper_table.by_size_over_window(errors, 250, 20, ["dfl"], {"dfl": "Δ-FL"})
     assert "| Δ-FL | 3 | 2 | 15.00 ± 7.07 | 20.00 ± 7.07 | 1 |" in capsys.readouterr().out
 
 
 def test_evaluations_are_none_where_only_the_final_round_is_kept(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import polars as pl
-    from paper_table import evaluations
-
     rows = pl.DataFrame({"round": [10, 10, 20, 20], "t_s": [1.0, 1.0, 2.0, 2.0],
                          "split": ["test", "train", "test", "test"],
                          "error": [0.5, 0.1, 0.2, 0.4]})
-    rows.write_parquet(tmp_path / "eval.parquet")
-    test = evaluations(tmp_path)
+    test = paper_table.evaluations(tmp_path, rows)
     assert test is not None
     assert test["round"].to_list() == [10, 20]
     assert test["mean"].to_list() == [0.5, pytest.approx(0.3)]
-    rows.filter(pl.col("round") == 20).write_parquet(tmp_path / "eval.parquet")
-    assert evaluations(tmp_path) is None
+    assert paper_table.evaluations(tmp_path, rows.filter(pl.col("round") == 20)) is None
 
 
 def cells(row: str) -> list[str]:
