@@ -3,7 +3,7 @@
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
         [--ecdf OUT.png] [--scatter OUT.png] [--plot-variants V ...] [--versus fedavg]
         [--also OTHER.sweep.toml] [--by-size N] [--window R] [--trajectory OUT.png]
-        [--results DIR ...]
+        [--seeds-for GAP] [--results DIR ...]
 
 Reads every complete run of the sweep (its manifest and final evaluation), from
 ``results/`` or else from the copies ``bench/archive_runs.py`` keeps in
@@ -25,6 +25,10 @@ FedAvg-Sub (ConvNet only). ``../shared/papers/`` has both.
 difference in 90th-percentile and mean test error paired by seed (a seed fixes
 the writers kept, the held-out half and the initial model, so the rules of one
 seed share them), its mean with a 95% t-interval, and the paired t-test's p.
+With ``--seeds-for GAP`` it adds how many paired seeds a two-sided paired t-test at
+0.05 would need to find a true difference of GAP points in the 90th percentile with
+probability 0.8, were the paired differences' standard deviation the one these seeds
+show: a planning figure, as uncertain as a standard deviation from two or three seeds.
 ``--also`` adds the runs of another sweep of the same model (e.g. the baselines); a
 variant whose name an earlier sweep already has is called ``<its sweep's name>/<variant>``
 (``--versus paper_linear_batch32/fedavg``), so two protocols' runs are never pooled.
@@ -166,6 +170,9 @@ def main() -> None:
                              "its last R rounds (runs with their evaluation rounds kept)")
     parser.add_argument("--trajectory", help="draw each run's test p90 against the round here "
                                              "(PNG)")
+    parser.add_argument("--seeds-for", type=float, metavar="GAP",
+                        help="with --versus: the paired seeds needed to find a p90 difference "
+                             "of GAP points (t-test at 0.05, power 0.8)")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
     parser.add_argument("--results", action="append", type=Path,
                         help="where run directories are, in order of preference (repeatable; "
@@ -228,14 +235,16 @@ def main() -> None:
         print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall_cell(part, table['device'].n_unique() > 1)} |")
+    if args.seeds_for and not args.versus:
+        raise SystemExit("--seeds-for needs --versus: it plans a paired comparison")
     if args.versus:
-        versus(table, args.versus, order)
+        versus(table, args.versus, order, gap=args.seeds_for)
     if args.by_size:
         by_size(pl.concat(errors), args.by_size, order, labels)
     if args.window:
         if not trajectories:
             raise SystemExit("--window: no run has its evaluation rounds kept")
-        window(pl.concat(trajectories), args.window, order, labels, args.versus)
+        window(pl.concat(trajectories), args.window, order, labels, args.versus, args.seeds_for)
         if windows:
             by_size_over_window(pl.concat(windows), args.by_size, args.window, order, labels)
     if args.errors:
@@ -300,16 +309,19 @@ def variant_keys(sweeps: list[Sweep]) -> list[tuple[str, SweepRun]]:
     return keyed
 
 
-def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "") -> None:
+def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "",
+           gap: float | None = None) -> None:
     """Each variant minus ``reference``, paired by seed: mean [95% t-interval], paired p
-    (``of`` names the figures compared when they are not the final evaluation's)."""
+    (``of`` names the figures compared when they are not the final evaluation's); with
+    ``gap``, the seeds a paired test needs to find a p90 difference of ``gap`` points."""
     ref = table.filter(pl.col("variant") == reference).select("seed", "p90", "mean")
     if ref.height == 0:
         raise SystemExit(f"--versus {reference}: no complete run of that variant")
     print(f"\nEach rule minus {reference}{of}, paired by seed (percentage points; 95% "
           f"t-interval over the seeds both have; p: paired t-test)\n")
-    print("| rule | seeds | p90 difference | p | mean difference | p |")
-    print("|---|---|---|---|---|---|")
+    plan = f" seeds to find {gap:g} points |" if gap else ""
+    print(f"| rule | seeds | p90 difference | p | mean difference | p |{plan}")
+    print("|---|---|---|---|---|---|" + ("---|" if gap else ""))
     for variant in order:
         if variant == reference:
             continue
@@ -317,8 +329,27 @@ def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "") 
         if both.height == 0:
             continue
         cells = [_paired(100 * (both[m] - both[f"{m}_ref"]).to_numpy()) for m in ("p90", "mean")]
+        p90 = 100 * (both["p90"] - both["p90_ref"]).to_numpy()
+        need = f" {seeds_needed(p90.std(ddof=1), gap)} |" if gap and len(p90) > 1 else (
+            " — |" if gap else "")
         print(f"| {both['label'][0]} | {', '.join(map(str, sorted(both['seed'])))} | "
-              f"{cells[0]} | {cells[1]} |")
+              f"{cells[0]} | {cells[1]} |{need}")
+
+
+def seeds_needed(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05,
+                 most: int = 1000) -> str:
+    """The fewest paired seeds n at which a two-sided one-sample t-test at ``alpha`` on
+    differences of standard deviation ``sd`` finds a true mean difference ``gap`` with
+    probability ``power`` (the noncentral t with n - 1 degrees of freedom and
+    noncentrality gap √n / sd); '> most' beyond ``most``."""
+    if sd == 0:
+        return "2"  # differences that never vary: any true gap shows at the fewest seeds
+    for n in range(2, most + 1):
+        crit = stats.t.ppf(1 - alpha / 2, n - 1)
+        shift = abs(gap) * math.sqrt(n) / sd
+        if stats.nct.sf(crit, n - 1, shift) + stats.nct.cdf(-crit, n - 1, shift) >= power:
+            return str(n)
+    return f"> {most}"
 
 
 def evaluations(run_dir: Path, evals: pl.DataFrame) -> pl.DataFrame | None:
@@ -337,7 +368,7 @@ def in_window(rounds: int) -> pl.Expr:
 
 
 def window(trajectories: pl.DataFrame, rounds: int, order: list[str], labels: dict[str, str],
-           reference: str | None) -> None:
+           reference: str | None, gap: float | None = None) -> None:
     """Per variant, over its runs with evaluation rounds: the final test p90, the p90 and
     mean averaged over the evaluations after round (last - ``rounds``) (mean ± std over
     seeds), and the within-run standard deviation of p90 over those evaluations (its range
@@ -365,7 +396,7 @@ def window(trajectories: pl.DataFrame, rounds: int, order: list[str], labels: di
               f"{spread} | {_pm(100 * part['mean'].to_numpy())} |")
     if reference:
         versus(per_run.with_columns(pl.col("variant").replace_strict(labels).alias("label")),
-               reference, order, of=f" (averaged over the last {rounds} rounds)")
+               reference, order, of=f" (averaged over the last {rounds} rounds)", gap=gap)
 
 
 def by_size(errors: pl.DataFrame, n: int, order: list[str], labels: dict[str, str]) -> None:

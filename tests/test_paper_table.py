@@ -173,3 +173,23 @@ def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -
         matches = [line for line in page if line[0] == row[0] and line[2:9] == row[2:9]]
         assert matches, f"not in docs/reproduction.md: {row}"
         assert any(line[1].startswith(row[1]) for line in matches), (row, matches)
+
+
+def test_seeds_needed_match_the_textbook_sample_sizes() -> None:
+    # Paired t-test, two-sided 0.05, power 0.8: effect size 1 needs 10 pairs and 0.5
+    # needs 34 (Cohen's tables; G*Power gives the same), whatever the sign of the gap.
+    assert paper_table.seeds_needed(1.0, 1.0) == "10"
+    assert paper_table.seeds_needed(2.0, -1.0) == "34"
+    assert paper_table.seeds_needed(0.0, 1.0) == "2"
+    assert paper_table.seeds_needed(10.0, 0.1) == "> 1000"
+
+
+def test_versus_plans_the_seeds_from_the_paired_spread(capsys: pytest.CaptureFixture[str]) -> None:
+    # differences -2 and +2 points: sd 2.83, a gap of 2.83 points is effect size 1
+    table = pl.DataFrame({"variant": ["ref", "ref", "dfl", "dfl"], "seed": [0, 1, 0, 1],
+                          "label": ["FedAvg", "FedAvg", "Δ-FL", "Δ-FL"],
+                          "p90": [0.30, 0.30, 0.28, 0.32], "mean": [0.1] * 4})
+    paper_table.versus(table, "ref", ["ref", "dfl"], gap=200 ** 0.5 / 5)
+    out = capsys.readouterr().out
+    assert "seeds to find 2.82843 points |" in out
+    assert out.rstrip().endswith("| 10 |")
