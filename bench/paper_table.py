@@ -178,6 +178,8 @@ def main() -> None:
                         help="where run directories are, in order of preference (repeatable; "
                              "default: results, then docs/runs, bench/archive_runs.py's copies)")
     args = parser.parse_args()
+    if args.seeds_for and not args.versus:
+        parser.error("--seeds-for needs --versus: it plans a paired comparison")
     sweep = load_sweep(args.sweep)
     model = load_scenario(sweep.scenario, sweep.runs[0].overrides).model.name
     runs = variant_keys([load_sweep(path) for path in (args.sweep, *args.also)])
@@ -235,8 +237,6 @@ def main() -> None:
         print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall_cell(part, table['device'].n_unique() > 1)} |")
-    if args.seeds_for and not args.versus:
-        raise SystemExit("--seeds-for needs --versus: it plans a paired comparison")
     if args.versus:
         versus(table, args.versus, order, gap=args.seeds_for)
     if args.by_size:
@@ -328,12 +328,12 @@ def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "",
         both = table.filter(pl.col("variant") == variant).join(ref, on="seed", suffix="_ref")
         if both.height == 0:
             continue
-        cells = [_paired(100 * (both[m] - both[f"{m}_ref"]).to_numpy()) for m in ("p90", "mean")]
-        p90 = 100 * (both["p90"] - both["p90_ref"]).to_numpy()
-        need = f" {seeds_needed(p90.std(ddof=1), gap)} |" if gap and len(p90) > 1 else (
-            " — |" if gap else "")
+        p90, mean = (100 * (both[m] - both[f"{m}_ref"]).to_numpy() for m in ("p90", "mean"))
+        need = ""
+        if gap:
+            need = f" {seeds_needed(p90.std(ddof=1), gap)} |" if len(p90) > 1 else " — |"
         print(f"| {both['label'][0]} | {', '.join(map(str, sorted(both['seed'])))} | "
-              f"{cells[0]} | {cells[1]} |{need}")
+              f"{_paired(p90)} | {_paired(mean)} |{need}")
 
 
 def seeds_needed(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05,
