@@ -28,14 +28,14 @@ import polars as pl
 
 from simfl.run import run_scenario
 from simfl.scenario import load_scenario
-from simfl.train.learner import Learner
+from simfl.train.local import LocalWork
 
 SCENARIOS = {"sync": "scenarios/diurnal_emnist_small.toml",
              "async": "scenarios/async_emnist_small.toml"}
 
 
 class Timers:
-    """Seconds and calls spent in the wrapped Learner methods."""
+    """Seconds, calls and clients in the wrapped LocalWork methods."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -58,12 +58,12 @@ def measure(mode: str, aggregator: str, rounds: int) -> dict[str, float]:
                  "estimator.bias_every=0", f"eval.every={rounds}", "estimator.shadow=[]"]
     scenario = load_scenario(SCENARIOS[mode], overrides)
     timers = Timers()
-    saved = {name: getattr(Learner, name)
-             for name in ("_train_clients", "report_losses", "train_from")}
-    # (self, params, round, client_idx), (self, client_idx), (self, version, client_idx)
-    Learner._train_clients = timers.wrap("train", saved["_train_clients"], 3)  # type: ignore
-    Learner.report_losses = timers.wrap("losses", saved["report_losses"], 1)  # type: ignore
-    Learner.train_from = timers.wrap("train_from", saved["train_from"], 2)  # type: ignore
+    saved = {name: getattr(LocalWork, name) for name in ("train", "losses")}
+    # (self, params, round, client_idx, prox_mu), (self, params, client_idx): every local
+    # training and every loss report F_k(w_v), in both modes (async trains and reports
+    # inside AsyncLearner.train_from)
+    LocalWork.train = timers.wrap("train", saved["train"], 3)  # type: ignore[method-assign]
+    LocalWork.losses = timers.wrap("losses", saved["losses"], 2)  # type: ignore[method-assign]
     try:
         with tempfile.TemporaryDirectory() as out:
             start = time.perf_counter()
@@ -72,11 +72,9 @@ def measure(mode: str, aggregator: str, rounds: int) -> dict[str, float]:
             clients = pl.read_parquet(Path(out) / "run" / "clients.parquet")
     finally:
         for name, method in saved.items():
-            setattr(Learner, name, method)
+            setattr(LocalWork, name, method)
     train_s = timers.seconds.get("train", 0.0)
-    # async evaluates F_k(w_v) inside train_from, after training the group
-    losses_s = timers.seconds.get("losses", 0.0) + (
-        timers.seconds["train_from"] - train_s if "train_from" in timers.seconds else 0.0)
+    losses_s = timers.seconds.get("losses", 0.0)
     trained = timers.clients.get("train", 0)
     aggregated = int((clients["status"] == "aggregated").sum())
     return {"wall_s": wall_s, "train_s": train_s, "losses_s": losses_s,
