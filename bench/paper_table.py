@@ -160,6 +160,8 @@ def main() -> None:
     parser.add_argument("--ecdf", help="draw the ECDF of the final test errors here (PNG)")
     parser.add_argument("--scatter", help="draw error against data size here (PNG)")
     parser.add_argument("--versus", help="compare every variant with this one, paired by seed")
+    parser.add_argument("--per-seed", action="store_true",
+                        help="each run's final test p90 / mean, a column per seed")
     parser.add_argument("--plot-variants", nargs="+",
                         help="the variants the figures show (default: all)")
     parser.add_argument("--by-size", type=int, metavar="N",
@@ -237,6 +239,8 @@ def main() -> None:
         print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
               f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
               f"{wall_cell(part, table['device'].n_unique() > 1)} |")
+    if args.per_seed:
+        per_seed(table, order)
     if args.versus:
         versus(table, args.versus, order, gap=args.seeds_for)
     if args.by_size:
@@ -307,6 +311,22 @@ def variant_keys(sweeps: list[Sweep]) -> list[tuple[str, SweepRun]]:
             variant = str(run.params.get("variant", ""))
             keyed.append((f"{sweep.name}/{variant}" if variant in earlier else variant, run))
     return keyed
+
+
+def per_seed(table: pl.DataFrame, order: list[str]) -> None:
+    """Each run's final test p90 / mean (in %), a row per variant and a column per seed."""
+    seeds = sorted(set(table["seed"]))
+    print("\nEach run's final test error in %: 90th percentile / mean\n")
+    print("| rule | " + " | ".join(f"seed {seed}" for seed in seeds) + " |")
+    print("|---|" + "---|" * len(seeds))
+    for variant in order:
+        part = table.filter(pl.col("variant") == variant)
+        if part.height == 0:
+            continue
+        by_seed = {run["seed"]: f"{100 * run['p90']:.2f} / {100 * run['mean']:.2f}"
+                   for run in part.iter_rows(named=True)}
+        print(f"| {part['label'][0]} | " + " | ".join(by_seed.get(seed, "—") for seed in seeds)
+              + " |")
 
 
 def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "",

@@ -159,7 +159,7 @@ def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -
     """Every row bench/paper_table.py makes from the kept ConvNet runs (the CPU's and
     the H100's) stands in docs/reproduction.md with the same figures, rule to
     sample-weighted mean (the page writes out the seeds and, where runs differ,
-    the wall times)."""
+    the wall times), and so does every row of its per-seed table (``--per-seed``)."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "paper_table.py"),
          "scenarios/paper/convnet.sweep.toml", "--results", results],
@@ -173,6 +173,26 @@ def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -
         matches = [line for line in page if line[0] == row[0] and line[2:9] == row[2:9]]
         assert matches, f"not in docs/reproduction.md: {row}"
         assert any(line[1].startswith(row[1]) for line in matches), (row, matches)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+         "scenarios/paper/convnet.sweep.toml", "--results", results, "--per-seed"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    header, *runs = [cells(line) for line in out.split("final test error in %")[1].splitlines()
+                     if line.startswith("| ") and not line.startswith("|---")]
+    assert header in page, f"not in docs/reproduction.md: {header}"
+    for row in runs:  # each seed's figures, in a table with the same seeds
+        assert row in page, f"not in docs/reproduction.md: {row}"
+
+
+def test_per_seed_puts_each_run_under_its_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    table = pl.DataFrame({"variant": ["ref", "ref", "dfl"], "seed": [2, 0, 2],
+                          "label": ["FedAvg", "FedAvg", "Δ-FL"],
+                          "p90": [0.25, 0.2612, 0.3], "mean": [0.15, 0.1555, 0.2]})
+    paper_table.per_seed(table, ["ref", "dfl"])
+    out = capsys.readouterr().out
+    assert "| rule | seed 0 | seed 2 |" in out
+    assert "| FedAvg | 26.12 / 15.55 | 25.00 / 15.00 |" in out
+    assert "| Δ-FL | — | 30.00 / 20.00 |" in out  # no run of seed 0
 
 
 def test_seeds_needed_match_the_textbook_sample_sizes() -> None:
