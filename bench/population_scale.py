@@ -124,7 +124,7 @@ def run_one(num_devices: int, seed: int) -> dict[str, float]:
         while env.peek() < float("inf"):
             env.step()
             events += 1
-        recorder.close()
+        recorder.merge()
         simulate_s = time.perf_counter() - t1
         status = pl.read_parquet(Path(tmp) / "clients.parquet")["status"].value_counts()
     counts = dict(zip(status["status"].to_list(), status["count"].to_list(), strict=True))

@@ -7,7 +7,7 @@ Each scenario runs in a fresh subprocess (so imports count) under cProfile; the 
 the cumulative time of: importing simfl.run, loading the data, local training
 (train_cohort), loss reports (Learner.report_losses), selection with its bias oracle
 (Learner.select, which evaluates every training device every estimator.bias_every
-rounds), evaluation (Learner.evaluate), Parquet (Recorder.flush / close), and the rest
+rounds), evaluation (Learner.evaluate), Parquet (Recorder.flush / merge), and the rest
 (the SimPy engine, the population, checkpoints, reading parts back). Parquet is every
 atomic write (parts, merged tables, the manifest). cProfile slows Python-heavy parts a
 little; the wall time is measured in separate runs without it (the median of

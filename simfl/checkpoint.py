@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import fcntl
 import pickle
-import shutil
 import signal
 import threading
 from collections.abc import Callable, Container, Iterator
@@ -53,7 +52,7 @@ import torch
 from simfl.aggregate import Aggregator, Selection
 from simfl.data.packed import ClientData
 from simfl.errors import InputError, RunBusy, RunFailed
-from simfl.records import Committed, Recorder, write_atomically
+from simfl.records import FILE, Committed, Layout, Recorder, remove_written, write_atomically
 from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
 from simfl.train.learner import AsyncLearner
@@ -63,6 +62,9 @@ from simfl.train.threshold import BiasColumns
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.pt"
 LOCK_FILE = "lock"
+JOURNAL_DIR = "journal"
+CHECKPOINT_LAYOUT: Layout = {STATE_FILE: FILE, LOCK_FILE: FILE,  # what simfl writes there
+                             JOURNAL_DIR: {r"\d{6}\.pkl": FILE}}
 FORMAT = 2  # 2: the learner split into parts (its state and the journal of `select` changed)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
@@ -219,12 +221,12 @@ class Checkpoint:
 
 
 def _segment_path(directory: Path, index: int) -> Path:
-    return directory / "journal" / f"{index:06d}.pkl"
+    return directory / JOURNAL_DIR / f"{index:06d}.pkl"
 
 
 def _remove_segments(directory: Path, keep: int) -> None:
     """Remove the journal files written after the checkpoint (a crash before its commit)."""
-    for path in sorted((directory / "journal").glob("*.pkl"))[keep:]:
+    for path in sorted((directory / JOURNAL_DIR).glob("*.pkl"))[keep:]:
         path.unlink()
 
 
@@ -363,7 +365,7 @@ class Checkpointer:
 
     def discard(self) -> None:
         """The run is complete: its checkpoint is not needed any more."""
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_written(self.dir, CHECKPOINT_LAYOUT)
 
     @contextmanager
     def on_signals(self) -> Iterator[None]:
@@ -407,3 +409,27 @@ class Checkpointer:
         self.learner.load_state_dict(self.resume.learner)
         journal.replay, journal.position, journal.live = [], 0, True
         self.recorder.mute(False)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside (a finished run writing its last files), a first SIGTERM/SIGINT waits for
+    the block to end, when the run is complete and the signal has nothing left to stop;
+    a second stops it at once (KeyboardInterrupt; the last checkpoint and its parts are
+    still whole). Only the main thread takes signals: elsewhere, no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if received:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        received.append(signum)
+
+    previous = {s: signal.signal(s, handle) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

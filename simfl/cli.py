@@ -109,6 +109,8 @@ def _drfl_parser() -> argparse.ArgumentParser:
                              "docs/drfl_breast_cancer.toml)")
     parser.add_argument("--out", type=Path, help="output directory "
                         "(default results/<study stem>, or results/drfl_breast_cancer)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the study's files in an existing output directory")
     return parser
 
 
@@ -132,8 +134,13 @@ def _tune(args: argparse.Namespace) -> int:
     result = tune(args.tuning, args.backend, progress=not args.quiet, archived=args.archived)
     for variant, values in result.chosen.items():
         _say(f"{variant or 'all runs'}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
-    _say(f"{result.report}\n{result.chosen_file}")
-    return 0
+    for variant, why in result.unchosen.items():
+        print(f"simfl: tune {args.tuning}: {variant or 'all runs'}: no choice: "
+              f"{_one_line(why)}", file=sys.stderr)
+    _say(result.report)
+    if result.chosen_file is not None:
+        _say(result.chosen_file)
+    return 1 if result.unchosen else 0
 
 
 def _data_parser() -> argparse.ArgumentParser:
@@ -297,13 +304,14 @@ def _plot(args: argparse.Namespace) -> int:
 
     for out in (args.compare, args.compare_time):
         if out is not None:
-            check_output_file(out, args.overwrite)
+            check_output_file(out, args.overwrite, "figure", FIGURE_SUFFIXES)
     for run_dir in args.run_dirs:
         if not (run_dir / "manifest.json").is_file():
             what = ("a sweep's folder: plot its runs (RUN_DIR/*/), or its collected figures "
                     "come from python -m simfl collect") if any(run_dir.glob("*/manifest.json")) \
                 else "not a run directory (no manifest.json)"
             raise InputError(f"{run_dir}: {what}")
+        check_plots_dir(run_dir)
     for run_dir in args.run_dirs:
         for path in [*plot_run(run_dir), *plot_run_bias(run_dir)]:
             _say(path)
@@ -324,23 +332,60 @@ def _trace(args: argparse.Namespace) -> int:
     from simfl.run import write_availability_trace
     from simfl.scenario import load_scenario
 
-    if args.out.suffix not in (".parquet", ".csv"):
-        raise InputError(f"{args.out}: a trace file must end in .parquet or .csv")
-    check_output_file(args.out, args.overwrite)
+    check_output_file(args.out, args.overwrite, "trace", (".parquet", ".csv"))
     num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
     _say(f"{args.out}: {num_intervals} online intervals")
     return 0
 
 
-def check_output_file(path: Path, overwrite: bool) -> None:
-    """InputError unless ``path`` can be written: a new file in an existing directory, or
-    an existing file that ``overwrite`` allows to replace (never a directory)."""
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # formats matplotlib writes without extras
+DRFL_FIGURES = ("drfl_noise.png", "drfl_convergence.png")  # plots.drfl.write_figures'
+
+
+def check_output_file(path: Path, overwrite: bool, kind: str, suffixes: tuple[str, ...]
+                      ) -> None:
+    """InputError unless ``path`` can be written as a ``kind`` file: its suffix one of
+    ``suffixes``, a new file in an existing directory, or an existing file that
+    ``overwrite`` allows to replace (never a directory)."""
+    if path.suffix not in suffixes:
+        raise InputError(f"{path}: a {kind} file must end in "
+                         f"{', '.join(suffixes[:-1])} or {suffixes[-1]}")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not an output file")
     if path.exists() and not overwrite:
         raise InputError(f"{path}: exists (use --overwrite to replace it)")
     if not path.parent.is_dir():
         raise InputError(f"{path}: directory {path.parent} does not exist")
+
+
+def check_plots_dir(folder: Path) -> None:
+    """InputError when ``folder``'s plots/, where its figures go, is there but no folder."""
+    from simfl.records import PLOTS_DIR
+
+    plots = folder / PLOTS_DIR
+    if plots.exists() and not plots.is_dir():
+        raise InputError(f"{plots}: exists and is not a directory (the figures go there)")
+
+
+def check_study_dir(out_dir: Path, overwrite: bool) -> None:
+    """InputError unless the DRFL study may write into ``out_dir``: absent or empty, or
+    (``overwrite``) holding only files the study writes, which it replaces."""
+    from simfl.algorithms.drfl.experiment import TABLES
+
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory")
+    entries = sorted(out_dir.iterdir())
+    if entries and not overwrite:
+        raise InputError(f"{out_dir}: exists and is not empty (use --overwrite to replace a "
+                         f"DRFL study's files there)")
+    ours = {*(f"{table}.parquet" for table in TABLES), *DRFL_FIGURES}
+    for entry in entries:
+        if entry.name not in ours or entry.is_symlink() or not entry.is_file():
+            raise InputError(f"{out_dir}: holds {entry.name!r}, which the DRFL study does not "
+                             f"write; --overwrite replaces only the study's files (move it, "
+                             f"or choose another --out)")
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
@@ -395,6 +440,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
             else 1
     from simfl.plots.study import plot_sweep
 
+    check_plots_dir(sweep.out_dir)
     for line in other_scenarios(sweep, [run for run in sweep.runs if is_complete(run.run_dir)]):
         _say(line)
     for table, rows in collect(sweep).items():
@@ -416,6 +462,7 @@ def _drfl(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.study) if args.study else ExperimentConfig()
     stem = args.study.stem if args.study else "drfl_breast_cancer"
     out_dir = args.out or Path("results") / stem
+    check_study_dir(out_dir, args.overwrite)
     tables = run_experiment(cfg, out_dir)
     for path in write_figures(tables, out_dir):
         _say(path)

@@ -6,7 +6,8 @@ length) and buffered. A run writes each table in parts as it goes:
 ``flush_every`` appends), each written atomically, so a crash or a kill leaves
 readable files with every row flushed so far. A finished run merges the parts
 into ``<table>.parquet`` (one file whose bytes depend on its rows only, so a
-resumed run ends with the same file as an uninterrupted one) and removes them.
+resumed run ends with the same file as an uninterrupted one) and removes them once
+its manifest says complete.
 :func:`read_table` reads either form. Schemas are fixed here, so every run
 writes the same types.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -29,7 +30,10 @@ import pyarrow.parquet as pq
 from simfl.errors import InputError
 
 PARTS_DIR = "parts"
-PLOTS_DIR = "plots"  # a run's figures (simfl.plots)
+PLOTS_DIR = "plots"  # a run's figures (simfl.plots; a test checks that it writes no others)
+RUN_PLOTS = ("test_error_hist.png", "p90_vs_time.png", "p90_vs_bytes.png", "error_vs_size.png",
+             "error_vs_rounds.png", "round_durations.png", "availability.png",
+             "staleness.png", "threshold_estimates.png", "bias_decomposition.png")
 ROW_GROUP_ROWS = 1 << 17  # rows per row group of a merged table
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -225,6 +229,53 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
         os.close(directory)
 
 
+# What simfl writes in a folder, as data: a name (a regular expression over the whole
+# name) maps to FILE or to the layout of a folder; a ".tmp" beside a file is its
+# unfinished atomic write.
+FILE = None
+Layout = dict[str, "Layout | None"]
+PARTS_LAYOUT: Layout = {name: {r"part-\d{6}\.parquet": FILE} for name in SCHEMAS}  # parts/
+
+
+def foreign_entry(folder: Path, layout: Layout) -> Path | None:
+    """The first entry under ``folder`` that ``layout`` does not name (a symbolic link
+    never counts as simfl's), or None when simfl could have written all of it."""
+    for entry in sorted(folder.iterdir()):
+        inner = _layout_of(entry, layout)
+        if inner is False:
+            return entry
+        if isinstance(inner, dict) and (found := foreign_entry(entry, inner)) is not None:
+            return found
+    return None
+
+
+def remove_written(folder: Path, layout: Layout) -> None:
+    """Delete what ``layout`` names under ``folder``, then each folder that this left
+    empty: whatever else is there stays, with the folders that hold it."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for entry in folder.iterdir():
+        inner = _layout_of(entry, layout)
+        if inner is FILE:
+            entry.unlink()
+        elif isinstance(inner, dict):
+            remove_written(entry, inner)
+    if not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def _layout_of(entry: Path, layout: Layout) -> Layout | None | bool:
+    """FILE or a folder's layout when ``layout`` names ``entry`` as what it is, else False."""
+    if entry.is_symlink():
+        return False
+    name = entry.name.removesuffix(".tmp")
+    for pattern, inner in layout.items():
+        if re.fullmatch(pattern, name) and (entry.is_dir() if isinstance(inner, dict)
+                                            else entry.is_file()):
+            return inner
+    return False
+
+
 def part_path(parts_dir: Path, index: int) -> Path:
     return parts_dir / f"part-{index:06d}.parquet"
 
@@ -274,10 +325,11 @@ class TableWriter:
             self._chunks = []
         return Committed(self.num_parts, self.num_rows)
 
-    def close(self) -> None:
-        """Flush, merge the parts into ``<table>.parquet`` (rows in round order, stable:
-        a round's rows are written once its stragglers are done, so rounds can end out of
-        order) and remove them."""
+    def merge(self) -> None:
+        """Flush, and merge the parts into ``<table>.parquet`` (rows in round order,
+        stable: a round's rows are written once its stragglers are done, so rounds can
+        end out of order). The parts stay: the run's last checkpoint counts on them
+        until the run is complete."""
         self.flush()
         parts = [pq.read_table(p, schema=self.schema) for p in _part_files(self.parts_dir)]
         table = pa.concat_tables([self.schema.empty_table(), *parts]).combine_chunks()
@@ -286,18 +338,13 @@ class TableWriter:
             table = table.take(pa.array(order))
         write_atomically(self.path, lambda tmp: pq.write_table(
             table, tmp, row_group_size=ROW_GROUP_ROWS))
-        shutil.rmtree(self.parts_dir, ignore_errors=True)
 
 
 def _restore_parts(path: Path, parts_dir: Path, committed: Committed) -> None:
     """Leave exactly the ``committed`` parts on disk: remove the parts written after the
-    checkpoint and a merged file of an unfinished merge; InputError if parts are missing."""
-    path.unlink(missing_ok=True)
-    for part in _part_files(parts_dir)[committed.num_parts:]:
-        part.unlink()
-    for tmp in parts_dir.glob("*.tmp"):
-        tmp.unlink()
-    kept = _part_files(parts_dir)
+    checkpoint and a merged file of an unfinished merge. InputError, with nothing
+    removed, if the committed parts are not all there."""
+    kept = _part_files(parts_dir)[:committed.num_parts]
     expected = [part_path(parts_dir, i) for i in range(committed.num_parts)]
     num_rows = -1
     if kept == expected:
@@ -308,6 +355,11 @@ def _restore_parts(path: Path, parts_dir: Path, committed: Committed) -> None:
     if num_rows != committed.num_rows:
         raise InputError(f"{parts_dir}: the part files do not hold the {committed.num_parts} "
                          f"parts and {committed.num_rows} rows that the checkpoint committed")
+    path.unlink(missing_ok=True)
+    for part in _part_files(parts_dir)[committed.num_parts:]:
+        part.unlink()
+    for tmp in parts_dir.glob("*.tmp"):
+        tmp.unlink()
 
 
 def _column(value: Any, type_: pa.DataType, length: int) -> pa.Array:
@@ -351,11 +403,15 @@ class Recorder:
         """Write every buffered row as parts; return what is on disk per table."""
         return {name: writer.flush() for name, writer in self.tables.items()}
 
-    def close(self) -> None:
+    def merge(self) -> None:
         """The run is finished: merge each table's parts into ``<table>.parquet``."""
         for writer in self.tables.values():
-            writer.close()
-        shutil.rmtree(self.parts_dir, ignore_errors=True)
+            writer.merge()
+
+    def remove_parts(self) -> None:
+        """The run is complete (its manifest says so): its parts are not needed any more."""
+        remove_written(self.parts_dir, PARTS_LAYOUT)
+
 
 
 def table_exists(run_dir: Path, name: str) -> bool:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
-import shutil
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from tqdm import tqdm
 from simfl.aggregate import make_aggregator
 from simfl.checkpoint import (
     CHECKPOINT_DIR,
+    CHECKPOINT_LAYOUT,
     LOCK_FILE,
     Checkpoint,
     Checkpointer,
@@ -31,6 +33,7 @@ from simfl.checkpoint import (
     checkpoint_rounds,
     load_checkpoint,
     run_lock,
+    signals_deferred,
 )
 from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
@@ -41,13 +44,19 @@ from simfl.population.build import Population, build_population
 from simfl.population.compute import describe_origin
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import (
+    FILE,
     PARTS_DIR,
+    PARTS_LAYOUT,
     PLOTS_DIR,
+    RUN_PLOTS,
     SCHEMAS,
     AvailabilityRows,
     EvalRows,
+    Layout,
     Recorder,
+    foreign_entry,
     read_manifest,
+    remove_written,
     write_atomically,
 )
 from simfl.rng import Streams
@@ -64,57 +73,57 @@ MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
 
 
-# What a run directory holds, all written by simfl (a ".tmp" beside a file is its
-# unfinished atomic write): only these are ever deleted, by --overwrite.
-RUN_FILES = frozenset({"manifest.json", "availability_intervals.parquet",
-                       *(f"{table}.parquet" for table in SCHEMAS)})
-RUN_DIRS = frozenset({CHECKPOINT_DIR, PARTS_DIR, PLOTS_DIR})
+# What a run directory holds, all written by simfl: only these are ever deleted, by
+# --overwrite (records.Layout).
+RUN_LAYOUT: Layout = {
+    **{re.escape(name): FILE for name in ("manifest.json", "availability_intervals.parquet",
+                                          *(f"{table}.parquet" for table in SCHEMAS))},
+    CHECKPOINT_DIR: CHECKPOINT_LAYOUT,
+    PARTS_DIR: PARTS_LAYOUT,
+    PLOTS_DIR: {re.escape(name): FILE for name in RUN_PLOTS},
+}
 
 
 def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     """Check that ``run_dir`` may receive a new run, before any work: it is absent or
-    empty, or (``overwrite``) it is a simfl run holding nothing simfl did not write.
-    InputError otherwise; a run that a live process works on is refused by its lock."""
+    empty, or (``overwrite``) it is a simfl run holding nothing simfl did not write (no
+    other name, no symbolic link, at any depth). InputError otherwise; a run that a live
+    process works on is refused by its lock."""
     if not run_dir.exists():
         return
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: exists and is not a directory")
-    entries = [e for e in sorted(run_dir.iterdir()) if not _only_lock(e)]
-    if not entries:
+    if all(_only_lock(e) for e in run_dir.iterdir()):
         return
     if not overwrite:
         raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
-    if not (run_dir / "manifest.json").is_file():
-        raise InputError(f"{run_dir}: not a simfl run (no manifest.json); --overwrite only "
-                         f"replaces a run and deletes nothing else")
-    read_manifest(run_dir)
-    for entry in entries:
-        name = entry.name.removesuffix(".tmp")
-        ours = (name in RUN_FILES and entry.is_file()) or (name in RUN_DIRS and entry.is_dir())
-        if ours and name == PLOTS_DIR:
-            ours = all(p.suffix == ".png" and p.is_file() for p in entry.iterdir())
-        if not ours:
-            raise InputError(f"{run_dir}: holds {entry.name!r}, which simfl did not write; "
-                             f"--overwrite would delete it (move it, or choose another --out)")
+    if not (run_dir / "manifest.json").is_file() or not _is_run_manifest(read_manifest(run_dir)):
+        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json); --overwrite "
+                         f"only replaces a run and deletes nothing else")
+    foreign = foreign_entry(run_dir, RUN_LAYOUT)
+    if foreign is not None:
+        raise InputError(f"{run_dir}: holds {str(foreign.relative_to(run_dir))!r}, which simfl "
+                         f"did not write; --overwrite would delete it (move it, or choose "
+                         f"another --out)")
+
+
+def _is_run_manifest(manifest: dict[str, Any]) -> bool:
+    """Whether a manifest.json is one a simfl run wrote (:func:`_manifest`)."""
+    versions = manifest.get("versions")
+    return (isinstance(manifest.get("scenario"), dict) and isinstance(manifest.get("status"), str)
+            and isinstance(versions, dict) and "simfl" in versions)
 
 
 def _only_lock(entry: Path) -> bool:
     """Whether ``entry`` is a checkpoint folder holding a run lock and nothing else."""
-    return (entry.name == CHECKPOINT_DIR and entry.is_dir()
+    return (entry.name == CHECKPOINT_DIR and entry.is_dir() and not entry.is_symlink()
             and [p.name for p in entry.iterdir()] == [LOCK_FILE])
 
 
 def _clear_run_dir(run_dir: Path) -> None:
     """Delete the run in ``run_dir`` (checked by prepare_run_dir), but the lock we hold."""
-    for entry in run_dir.iterdir():
-        if entry.name == CHECKPOINT_DIR:
-            for inner in entry.iterdir():
-                if inner.name != LOCK_FILE:
-                    shutil.rmtree(inner) if inner.is_dir() else inner.unlink()
-        elif entry.is_dir():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    but_lock = {name: inner for name, inner in CHECKPOINT_LAYOUT.items() if name != LOCK_FILE}
+    remove_written(run_dir, {**RUN_LAYOUT, CHECKPOINT_DIR: but_lock})
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
@@ -157,6 +166,7 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
         _check_speed_origin(run_dir, manifest, built.population)
+        _check_inputs(run_dir, manifest, _inputs(scenario, built))
         with run_lock(run_dir):
             checkpoint = load_checkpoint(run_dir, built.device)
             manifest.pop("reason", None)
@@ -262,8 +272,12 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
             summary, end_s = _simulate(scenario, built, recorder, progress, checkpoints,
                                        health)
             health.check_end()
-        _record_availability(built.population, recorder, run_dir, scenario, end_s)
-        recorder.close()
+        with signals_deferred():  # the parts and checkpoint stay until the manifest says complete
+            _record_availability(built.population, recorder, run_dir, scenario, end_s)
+            recorder.merge()
+            manifest.update(status="complete", wall_s=wall_s(), summary=summary,
+                            health=health.summary())
+            _write_manifest(run_dir, manifest)
     except BaseException as e:
         recorder.flush()  # rows so far stay readable in parts/; the last checkpoint stays
         interrupted = isinstance(e, RunInterrupted | KeyboardInterrupt)
@@ -273,9 +287,7 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
         _write_manifest(run_dir, manifest)
         raise
     checkpoints.discard()
-    manifest.update(status="complete", wall_s=wall_s(), summary=summary,
-                    health=health.summary())
-    _write_manifest(run_dir, manifest)
+    recorder.remove_parts()
     return manifest
 
 
@@ -378,6 +390,29 @@ def _check_speed_origin(run_dir: Path, manifest: dict[str, Any], population: Pop
             "(population.compute.speed_source = 'auto' uses it when present)")
 
 
+def _inputs(scenario: Scenario, built: _Built) -> dict[str, str | None]:
+    """What the run reads besides its scenario: the data's fingerprint (device ids,
+    sample counts, labels) and the availability trace's sha256 (None: no trace)."""
+    availability = scenario.population.availability
+    trace = None
+    if availability.mode == "trace":
+        trace = hashlib.sha256(Path(availability.trace_path).read_bytes()).hexdigest()
+    return {"data": built.learner.data.fingerprint(), "trace": trace}
+
+
+def _check_inputs(run_dir: Path, manifest: dict[str, Any], now: dict[str, str | None]) -> None:
+    """InputError when the data or the trace differ from those the run started with:
+    its rounds after the checkpoint would mix two populations. Manifests from before
+    this record are not checked."""
+    started = manifest.get("inputs") or {}
+    for key, where in (("data", "its data (data.path, $SIMFL_DATA_DIR)"),
+                       ("trace", "its availability trace (population.availability.trace_path)")):
+        if key in started and started[key] != now[key]:
+            raise InputError(f"{run_dir}: {where} changed since the run started (sha256 "
+                             f"{str(started[key])[:12]} then, {str(now[key])[:12]} now): "
+                             "resume with the inputs it started with")
+
+
 def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
     versions: dict[str, str | None] = {}
     for package in PACKAGES:
@@ -393,6 +428,7 @@ def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
         "git_commit": _git_commit(),
         **_machine(built.device),
         "device_speeds": built.population.devices.speed_origin,
+        "inputs": _inputs(scenario, built),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

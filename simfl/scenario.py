@@ -404,14 +404,23 @@ ASYNC_REFUSED = {
            "start from different versions",
     "drfa": "its λ step probes losses on the chord of one round's step from one model",
 }
+# Looks for online devices in one wait, at most: about 15 s of simulation at 15 µs a look
+# (a wait that never ends on devices would otherwise spin, not hang: max_wait_s stops it).
+MAX_POLLS = 1_000_000
 # The threshold comes from the buffer's loss reports, sent in the clear with the updates:
 # the devices of a buffer are gone by then, so no multi-round protocol can run.
 ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "ipw_days", "poststrat")
 
 
 def _check_server(scenario: Scenario, source: str) -> None:
-    """Keys of one server mode set in the other, and what async mode supports."""
+    """How often a wait looks again; keys of one server mode set in the other, and what
+    async mode supports."""
     server, default = scenario.server, ServerConfig()
+    polls = server.max_wait_s / server.wait_poll_s
+    if polls > MAX_POLLS:
+        raise InputError(f"{source}: 'server.wait_poll_s' = {server.wait_poll_s!r} looks again "
+                         f"up to {polls:.3g} times in one wait of 'server.max_wait_s' = "
+                         f"{server.max_wait_s!r} s (limit {MAX_POLLS:.0e}): raise wait_poll_s")
     mode = server.mode
     for key in ASYNC_ONLY if mode == "sync" else SYNC_ONLY:
         if getattr(server, key) != getattr(default, key):

@@ -19,7 +19,11 @@ A sweep file names a scenario and the axes to vary::
     num_cpus = 1        # CPUs Ray reserves per run: match the runs' train.threads (1)
     num_gpus = 0
 
-Runs go to ``results/<sweep name>/<run id>/``; a run whose manifest says
+Runs go to ``results/<sweep name>/<run id>/``: a run id joins ``key=value`` for the
+variant, each grid key (its last part) and the seed into one folder name, so a variant name
+or grid value holding ``/`` (or NUL) is refused (exit 2, naming it) rather than making a
+path that leaves that folder (name such a value as a variant instead), and
+``results/<sweep name>`` must not be a single run's directory. A run whose manifest says
 ``complete`` is skipped when the sweep is launched again, and one interrupted
 after a checkpoint resumes from it (``python -m simfl resume``), unless it ran
 another scenario (:func:`scenario_changes`): then it starts again from round 0,
@@ -151,17 +155,47 @@ def sweep_from_table(raw: dict[str, Any], path: Path, results_dir: Path) -> Swee
     if not is_plain_name(name):
         raise InputError(f"{source}: 'name' = {name!r} must be a plain name (it names the "
                          f"folder results/<name>; no path separators, not '.' or '..')")
+    out_dir = results_dir / name
+    if (out_dir / "manifest.json").is_file():
+        raise InputError(f"{out_dir}: a single run's directory (it has manifest.json), not "
+                         f"the folder of sweep '{name}' ({source}): give the sweep another "
+                         f"'name'")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory (the folder of sweep "
+                         f"'{name}', {source})")
     if len(set(seeds)) != len(seeds):
         raise InputError(f"{source}: 'seeds' = {seeds} repeats a seed")
     for key, values in grid.items():
         if key == "seed" or len({toml_value(v) for v in values}) != len(values):
             raise InputError(f"{source}: grid key '{key}' repeats a value or is the seed "
                              f"(use 'seeds')")
+    _check_run_id_parts(source, grid, variants)
     runs = _expand(name, common, grid, variants, seeds, results_dir)
     for run in runs:  # bad overrides stop the sweep before any run starts
         load_scenario(scenario, run.overrides)
     return Sweep(name, scenario, runs, str(ray_cfg.get("address", "")),
                  float(ray_cfg.get("num_cpus", 1)), float(ray_cfg.get("num_gpus", 0)))
+
+
+def _check_run_id_parts(source: str, grid: dict[str, list[Any]],
+                        variants: dict[str, dict[str, Any]]) -> None:
+    """InputError for a variant name or grid value that cannot be part of a run id. A run
+    id (:func:`_expand`) is ``key=value`` pieces joined by commas: each piece holds an
+    ``=``, so the id is never empty, ``.`` or ``..``; without ``/`` and NUL in its pieces it
+    is one plain path component, a folder inside ``results/<sweep>/``."""
+    def bad(piece: str) -> bool:
+        return "/" in piece or "\0" in piece
+
+    for vname in variants:
+        if bad(vname):
+            raise InputError(f"{source}: variant name {vname!r} cannot name a run folder "
+                             f"(no '/' or NUL)")
+    for key, values in grid.items():
+        for value in values:
+            if bad(f"{key.rsplit('.', 1)[-1]}={value}"):
+                raise InputError(f"{source}: grid key '{key}': {value!r} cannot be part of a run "
+                                 f"folder's name (no '/' or NUL); give such values a name as "
+                                 f"[variants.NAME] instead")
 
 
 def _expand(name: str, common: dict[str, Any], grid: dict[str, list[Any]],
@@ -201,15 +235,47 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
     """One run, resumed if it was interrupted with the same scenario; its torch threads are
     its ``train.threads`` (1 unless set), whichever the backend, so both backends write
     the same files. ``progress`` shows the run's round bar (one run at a time only)."""
-    from simfl.checkpoint import checkpoint_progress  # imported in the worker, not the CLI
-    from simfl.run import resume_run, run_scenario
+    from simfl.run import resume_run, run_scenario  # imported in the worker, not the CLI
 
     resolved = load_scenario(scenario, overrides)
-    if checkpoint_progress(run_dir) is not None and not scenario_changes(run_dir, resolved):
+    if _resumes(run_dir, resolved):
         manifest = resume_run(run_dir, progress)  # an interrupted run goes on
     else:  # run_sweep said so first when this replaces a checkpoint of another scenario
         manifest = run_scenario(resolved, run_dir, overwrite=True, progress=progress)
     return str(manifest["status"])
+
+
+def _resumes(run_dir: Path, scenario: Scenario) -> bool:
+    """Whether the sweep resumes the run in ``run_dir`` (it has a checkpoint of
+    ``scenario``) rather than start it from round 0, replacing the folder."""
+    from simfl.checkpoint import checkpoint_progress  # torch: not for the CLI
+
+    return checkpoint_progress(run_dir) is not None and not scenario_changes(run_dir, scenario)
+
+
+def _check_run_dirs(sweep: Sweep, pending: Sequence[SweepRun]) -> None:
+    """InputError, before any run starts, when a run the sweep would start from round 0 is
+    in a folder that it may not replace (``run.prepare_run_dir`` with overwrite: a folder
+    without a manifest, a file simfl did not write, ...); runs that another process holds
+    are left to it. So a sweep stopped by such a folder has run nothing (exit 2)."""
+    from simfl.checkpoint import run_locked  # torch: not for the CLI
+    from simfl.run import prepare_run_dir
+
+    for run in pending:
+        if run_locked(run.run_dir) or _resumes(run.run_dir, load_scenario(sweep.scenario,
+                                                                          run.overrides)):
+            continue
+        try:
+            prepare_run_dir(run.run_dir, overwrite=True)
+        except InputError as e:  # its advice is the run command's (--overwrite, --out)
+            problem = str(e).split("; --overwrite")[0]
+            if run.run_dir.is_dir() and not (run.run_dir / "manifest.json").exists():
+                names = sorted(repr(p.name) for p in run.run_dir.iterdir())
+                problem += f", holding {', '.join(names[:3])}{', ...' * (len(names) > 3)}"
+            raise InputError(f"sweep '{sweep.name}': {problem}; the sweep would start run "
+                             f"{run.run_id} there from round 0, deleting only what simfl "
+                             f"wrote: move the rest away, then launch the sweep again (no "
+                             f"run was started)") from None
 
 
 def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
@@ -354,6 +420,7 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
     """Run the sweep's unfinished runs; return run id -> final status. ``progress``: the
     sequential backend shows each run's round bar (Ray runs report when they end)."""
     pending = [r for r in sweep.runs if not is_complete(r.run_dir)]
+    _check_run_dirs(sweep, pending)
     report(f"{sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(pending)} "
            f"already complete, {len(pending)} to run")
     for line in other_scenarios(sweep, [r for r in sweep.runs if r not in pending]):

@@ -30,11 +30,16 @@ Criteria, each on the last evaluation of a run, lower is better:
   so the choice never looks at the test devices.
 
 For every variant, the grid point with the lowest criterion averaged over the
-seeds is chosen; a run that failed (diverged) counts as +inf. ``tune`` writes
-``results/<name>/tuning.md`` (one table per variant: every grid point, its
-criterion per seed and mean, the choice marked) and ``results/<name>/chosen.toml``,
-whose ``[variants.*]`` (or ``[set]`` without variants) a final sweep takes with
-``include = ["../../results/<name>/chosen.toml"]``.
+seeds is chosen; a run that failed (diverged) counts as +inf. A variant gets no
+choice while any of its runs is not complete (left to another process, stopped,
+crashed) or when every grid point has a failed run; ``python -m simfl tune`` then
+says why and exits 1. ``tune`` writes ``results/<name>/tuning.md`` (one table per
+variant: every grid point, its criterion per seed and mean, the choice marked, or
+why there is none) and ``results/<name>/chosen.toml``, whose ``[variants.*]`` (or
+``[set]`` without variants) a final sweep takes with
+``include = ["../../results/<name>/chosen.toml"]``: it holds the variants chosen;
+when none is, it is not written, and one an earlier tuning wrote is removed, so that
+no sweep takes a choice this evidence does not make.
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ import polars as pl
 
 from simfl.errors import InputError
 from simfl.metrics import error_summary
-from simfl.records import read_table, write_atomically
+from simfl.records import manifest_or_empty, read_table, write_atomically
 from simfl.sweep import (
+    BUSY,
     Sweep,
     SweepRun,
     is_complete,
@@ -84,10 +90,11 @@ CRITERIA: dict[str, Callable[[Path], float]] = {"train_loss": _train_loss,
 
 @dataclass(frozen=True)
 class Tuning:
-    table: pl.DataFrame  # one row per run: variant, grid values, seed, criterion
+    table: pl.DataFrame  # one row per run: run id, variant, grid values, seed, criterion
     chosen: dict[str, dict[str, object]]  # variant ("" without variants) -> key -> value
+    unchosen: dict[str, str]  # variant -> why it has no choice
     report: Path  # tuning.md
-    chosen_file: Path  # chosen.toml
+    chosen_file: Path | None  # chosen.toml; None when no variant was chosen
 
 
 def load_tuning(path: Path, results_dir: Path = Path("results")
@@ -116,47 +123,71 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
     sweep, criterion, grid = load_tuning(path, results_dir)
     kept = {run.run_id: archived / sweep.name / run.run_id for run in sweep.runs
             if archived is not None and is_complete(archived / sweep.name / run.run_id)}
-    run_sweep(replace(sweep, runs=tuple(r for r in sweep.runs if r.run_id not in kept)),
-              backend, progress=progress)
+    statuses = run_sweep(replace(sweep, runs=tuple(r for r in sweep.runs
+                                                   if r.run_id not in kept)),
+                         backend, progress=progress)
     keys = [key.rsplit(".", 1)[-1] for key in grid]
     table = pl.DataFrame([_row(run, kept.get(run.run_id, run.run_dir), keys,
-                               CRITERIA[criterion]) for run in sweep.runs])
-    chosen = _choose(table, list(grid), keys)
+                               CRITERIA[criterion], statuses.get(run.run_id) == BUSY)
+                          for run in sweep.runs], schema_overrides={"criterion": pl.Float64})
+    chosen, unchosen = _choose(table, list(grid), keys)
     sweep.out_dir.mkdir(parents=True, exist_ok=True)  # absent when every run was archived
     report = sweep.out_dir / "tuning.md"
     chosen_file = sweep.out_dir / "chosen.toml"
-    text = _markdown(path, criterion, table, keys, chosen, list(grid))
+    text = _markdown(path, criterion, table, keys, (chosen, unchosen), list(grid))
     write_atomically(report, lambda tmp: tmp.write_text(text))
+    if not chosen:  # an earlier tuning's choice is not this evidence's
+        chosen_file.unlink(missing_ok=True)
+        return Tuning(table, chosen, unchosen, report, None)
     toml = _chosen_toml(path, criterion, chosen)
     write_atomically(chosen_file, lambda tmp: tmp.write_text(toml))
-    return Tuning(table, chosen, report, chosen_file)
+    return Tuning(table, chosen, unchosen, report, chosen_file)
 
 
-def _row(run: SweepRun, run_dir: Path, keys: list[str], criterion: Callable[[Path], float]
-         ) -> dict[str, object]:
-    value = criterion(run_dir) if is_complete(run_dir) else math.inf
-    return {"variant": str(run.params.get("variant", "")), "seed": run.params["seed"],
-            **{k: run.params[k] for k in keys}, "criterion": value}
+def _row(run: SweepRun, run_dir: Path, keys: list[str], criterion: Callable[[Path], float],
+         busy: bool) -> dict[str, object]:
+    """The run's criterion: +inf for a run that failed (diverged), None for one that is not
+    complete (``busy``: left to another process; or stopped, crashed)."""
+    value = None
+    if is_complete(run_dir):
+        value = criterion(run_dir)
+    elif not busy and manifest_or_empty(run_dir).get("status") == "failed":
+        value = math.inf
+    return {"run": run.run_id, "variant": str(run.params.get("variant", "")),
+            "seed": run.params["seed"], **{k: run.params[k] for k in keys}, "criterion": value}
 
 
 def _choose(table: pl.DataFrame, grid_keys: list[str], keys: list[str]
-            ) -> dict[str, dict[str, object]]:
-    means = table.group_by("variant", *keys).agg(pl.col("criterion").mean())
-    chosen = {}
-    for variant in sorted(means["variant"].unique().to_list()):
-        rows = means.filter(pl.col("variant") == variant).sort("criterion", *keys)
-        best = rows.row(0, named=True)
+            ) -> tuple[dict[str, dict[str, object]], dict[str, str]]:
+    """Per variant, the grid point of lowest finite mean criterion; or why there is none."""
+    chosen, unchosen = {}, {}
+    for variant in sorted(table["variant"].unique().to_list()):
+        part = table.filter(pl.col("variant") == variant)
+        missing = part.filter(pl.col("criterion").is_null())["run"].to_list()
+        if missing:
+            unchosen[variant] = (f"{len(missing)} of its {part.height} runs not complete "
+                                 f"({', '.join(missing)}); tune again once they are")
+            continue
+        means = (part.group_by(*keys).agg(pl.col("criterion").mean())
+                 .filter(pl.col("criterion").is_finite()).sort("criterion", *keys))
+        if not means.height:
+            unchosen[variant] = "every grid point has a failed run"
+            continue
+        best = means.row(0, named=True)
         chosen[variant] = {full: best[short] for full, short in zip(grid_keys, keys,
                                                                     strict=True)}
-    return chosen
+    return chosen, unchosen
 
 
 def _markdown(path: Path, criterion: str, table: pl.DataFrame, keys: list[str],
-              chosen: dict[str, dict[str, object]], grid_keys: list[str]) -> str:
+              choice: tuple[dict[str, dict[str, object]], dict[str, str]],
+              grid_keys: list[str]) -> str:
+    chosen, unchosen = choice
     lines = [f"# Tuning: {path}", "", f"Criterion: `{criterion}` at the last evaluation "
-             "(lower is better; a failed run counts as inf). Mean over seeds.", ""]
+             "(lower is better; a failed run counts as inf; –: not complete). Mean over "
+             "seeds.", ""]
     seeds = sorted(table["seed"].unique().to_list())
-    for variant, choice in chosen.items():
+    for variant in sorted(table["variant"].unique().to_list()):
         lines += [f"## {variant or 'all runs'}", "",
                   "| " + " | ".join([*keys, *(f"seed {s}" for s in seeds), "mean", ""]) + " |",
                   "|" + "---|" * (len(keys) + len(seeds) + 2)]
@@ -164,15 +195,22 @@ def _markdown(path: Path, criterion: str, table: pl.DataFrame, keys: list[str],
         for point in part.select(keys).unique(maintain_order=True).iter_rows(named=True):
             rows = part.filter(pl.all_horizontal(pl.col(k) == v for k, v in point.items()))
             by_seed = {r["seed"]: r["criterion"] for r in rows.iter_rows(named=True)}
-            mean = float(np.mean(list(by_seed.values())))
-            mark = "chosen" if all(choice[g] == point[k] for g, k in
-                                   zip(grid_keys, keys, strict=True)) else ""
+            mean = None if None in by_seed.values() else float(np.mean(list(by_seed.values())))
+            picked = chosen.get(variant)
+            mark = "chosen" if picked and all(picked[g] == point[k] for g, k in
+                                              zip(grid_keys, keys, strict=True)) else ""
             lines.append("| " + " | ".join([*(f"{point[k]:g}" if isinstance(point[k], float)
                                               else str(point[k]) for k in keys),
-                                            *(f"{by_seed.get(s, math.nan):.4g}" for s in seeds),
-                                            f"{mean:.4g}", mark]) + " |")
+                                            *(_cell(by_seed.get(s, math.nan)) for s in seeds),
+                                            _cell(mean), mark]) + " |")
+        if variant in unchosen:
+            lines += ["", f"No choice: {unchosen[variant]}."]
         lines.append("")
     return "\n".join(lines)
+
+
+def _cell(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4g}"
 
 
 def _chosen_toml(path: Path, criterion: str, chosen: dict[str, dict[str, object]]) -> str:

@@ -9,6 +9,7 @@ and must never delete or replace what simfl did not write.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from simfl.checkpoint import run_lock
 from simfl.cli import main
+from simfl.plots.runs import plot_run
 
 SCENARIO = """
 name = "tiny"
@@ -93,6 +95,10 @@ CASES = {
          "server.round_interval_s=600"], 1, "horizon_s"),
     "async: every update non-finite": (
         ["server.mode=async", "train.lr=1e30"], 1, "train.lr"),
+    "stall rule off, every update late": (
+        ["run.idle_window=0", "server.deadline_s=0.001"], 1, "trained nothing"),
+    "a wait that would look again 8.6e7 times": (
+        ["server.wait_poll_s=0.001"], 2, "server.wait_poll_s"),
 }
 
 
@@ -169,6 +175,73 @@ def test_overwrite_never_deletes_files_simfl_did_not_write_into_a_run(
     assert tree(out) == before
     (out / "my_analysis.ipynb").unlink()
     assert cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)[0] == 0
+
+
+def test_a_trace_with_no_online_interval_is_bad_input(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace, out = tmp_path / "empty.csv", tmp_path / "run"
+    trace.write_text("client_idx,t_on_s,t_off_s\n")
+    code, err, _ = cli([scenario, "--out", out, "--quiet", "--set",
+                        'population.availability.mode="trace"', "--set",
+                        f'population.availability.trace_path="{trace}"'], capsys)
+    assert code == 2 and str(trace) in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def _user_file_in(where: str, out: Path, outside: Path) -> None:
+    """Put what a user might leave in a run directory (``outside``: a folder of theirs)."""
+    if where in ("checkpoint", "parts/rounds", "parts"):
+        (out / where).mkdir(parents=True, exist_ok=True)
+        (out / where / "notes.txt").write_text("mine")
+    elif where == "plots":
+        (out / "plots" / "my_annotated_figure.png").write_text("mine")
+    elif where == "checkpoint ->":  # a link to a folder of theirs, with simfl-like names
+        (outside / "journal").mkdir()
+        (outside / "journal" / "000000.pkl").write_text("mine")
+        (outside / "state.pt").write_text("mine")
+        (out / "checkpoint").symlink_to(outside, target_is_directory=True)
+    elif where == "plots ->":
+        (outside / "test_error_hist.png").write_text("mine")
+        shutil.rmtree(out / "plots")
+        (out / "plots").symlink_to(outside, target_is_directory=True)
+    else:  # manifest: a folder with a manifest.json of another program
+        for entry in out.iterdir():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        (out / "manifest.json").write_text('{"name": "my app", "version": "1"}')
+        (out / "plots").mkdir()
+        (out / "plots" / "icon.png").write_text("mine")
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "parts", "parts/rounds", "plots",
+                                   "checkpoint ->", "plots ->", "manifest"])
+def test_overwrite_deletes_nothing_a_user_put_anywhere_in_a_run(
+        where: str, scenario: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out, outside = tmp_path / "run", tmp_path / "mine"
+    outside.mkdir()
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+    plot_run(out)
+    _user_file_in(where, out, outside)
+    before, mine = tree(out), tree(outside)
+    code, err, _ = cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert ("not a simfl run" if where == "manifest" else "which simfl did not write") in err
+    assert tree(out) == before and tree(outside) == mine
+
+
+def test_overwrite_replaces_a_failed_run_with_its_checkpoint_parts_and_plots(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, fresh = tmp_path / "run", tmp_path / "fresh"
+    code, _, _ = cli([scenario, "--out", out, "--quiet", "--set", "server.deadline_s=0.001"],
+                     capsys)
+    assert code == 1  # failed at round 9, after checkpoints at rounds 4 and 8
+    plot_run(out)
+    written = {str(p.relative_to(out)) for p in out.rglob("*")}
+    assert {"checkpoint/state.pt", "checkpoint/journal/000001.pkl",
+            "parts/rounds/part-000001.parquet", "plots/round_durations.png"} <= written
+    assert cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)[0] == 0
+    assert cli([scenario, "--out", fresh, "--quiet"], capsys)[0] == 0
+    assert {p.name for p in out.rglob("*")} == {p.name for p in fresh.rglob("*")}
 
 
 def test_overwrite_leaves_a_locked_run_untouched(

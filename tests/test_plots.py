@@ -512,3 +512,23 @@ def test_error_vs_size_by_rule_draws_one_colour_per_rule() -> None:
     ax = plot_error_vs_size_by_rule(errors, "t").axes[0]
     assert ax.get_xscale() == "log"
     assert set(ax.get_legend_handles_labels()[1]) == {"fedavg", "deltafl"}
+
+
+def test_plot_refuses_a_bad_figure_suffix_or_a_plots_file_before_writing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found before any figure is written: --compare with a suffix matplotlib cannot save,
+    a run whose plots/ is a file."""
+    from simfl.cli import main
+
+    runs = [synthetic_run(tmp_path / f"run{k}", seed=k) for k in range(2)]
+    assert main(["plot", *map(str, runs), "--compare", str(tmp_path / "cmp.txt")]) == 2
+    assert capsys.readouterr().err == (f"simfl: error: {tmp_path / 'cmp.txt'}: a figure file "
+                                       f"must end in .png, .pdf or .svg\n")
+    assert not (tmp_path / "cmp.txt").exists() and not (runs[0] / "plots").exists()
+    (runs[1] / "plots").write_text("my notes")
+    assert main(["plot", *map(str, runs)]) == 2
+    assert capsys.readouterr().err == (f"simfl: error: {runs[1] / 'plots'}: exists and is not "
+                                       f"a directory (the figures go there)\n")
+    assert not (runs[0] / "plots").exists() and (runs[1] / "plots").read_text() == "my notes"
+    assert main(["plot", str(runs[0]), "--compare", str(tmp_path / "cmp.svg")]) == 0
+    assert (tmp_path / "cmp.svg").read_text().startswith("<?xml")

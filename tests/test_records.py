@@ -11,8 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from simfl.errors import InputError
+from simfl.plots.runs import ASYNC_FIGURES, RUN_FIGURES
 from simfl.records import (
     PARTS_DIR,
+    RUN_PLOTS,
     SCHEMAS,
     AvailabilityRows,
     ClientRows,
@@ -50,10 +52,14 @@ def test_typed_rows_write_what_the_columns_would(tmp_path: Path) -> None:
     columns.append("comm", round=3, client_idx=np.array([4, 1]), direction=["down", "up"],
                    kind=["model", "update"], bytes=np.array([10, 20]),
                    t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]))
-    typed.close()
-    columns.close()
+    typed.merge()
+    columns.merge()
     assert ((tmp_path / "typed" / "comm.parquet").read_bytes()
             == (tmp_path / "columns" / "comm.parquet").read_bytes())
+
+
+def test_every_figure_a_run_can_have_is_in_its_layout() -> None:
+    assert set(RUN_FIGURES) | set(ASYNC_FIGURES) <= set(RUN_PLOTS)  # plot_run_bias's: test_resume
 
 
 def parts(run_dir: Path, table: str) -> list[str]:
@@ -72,8 +78,13 @@ def test_parts_are_readable_while_running_and_merged_at_the_end(tmp_path: Path) 
                                   [0.0, np.nan, 0.5, np.nan, 1.0, np.nan, 1.5])
     assert read_table(tmp_path, "eval").height == 0  # no rows yet: empty, with the schema
     assert read_table(tmp_path, "eval").columns[:3] == ["round", "t_s", "client_id"]
-    recorder.close()
-    assert not (tmp_path / PARTS_DIR).exists()
+    recorder.merge()
+    assert parts(tmp_path, "rounds") == ["part-000000.parquet", "part-000001.parquet",
+                                         "part-000002.parquet"]  # until the run is complete
+    (tmp_path / PARTS_DIR / "rounds" / "notes.txt").write_text("a user's")
+    recorder.remove_parts()
+    assert parts(tmp_path, "rounds") == ["notes.txt"]  # what simfl did not write stays
+    assert not (tmp_path / PARTS_DIR / "eval").exists()
     assert pl.read_parquet(tmp_path / "rounds.parquet").equals(running)
     assert read_table(tmp_path, "rounds").equals(running)
     assert pl.read_parquet(tmp_path / "eval.parquet").height == 0
@@ -88,7 +99,7 @@ def test_merged_bytes_do_not_depend_on_where_the_parts_were_cut(tmp_path: Path) 
         append_rounds(recorder, range(5))
         recorder.flush()  # as a checkpoint would, in the middle
         append_rounds(recorder, range(5, 9))
-        recorder.close()
+        recorder.merge()
         files.append((run_dir / "rounds.parquet").read_bytes())
     assert files[0] == files[1] == files[2]
 
@@ -107,7 +118,7 @@ def test_restoring_a_checkpoint_drops_later_parts_and_an_unfinished_merge(tmp_pa
     append_rounds(resumed, range(4))  # replayed rows: already on disk
     resumed.mute(False)
     append_rounds(resumed, range(4, 6))
-    resumed.close()
+    resumed.merge()
     assert read_table(tmp_path, "rounds")["round"].to_list() == list(range(6))
 
 
@@ -122,8 +133,11 @@ def test_parts_that_do_not_match_the_checkpoint_are_an_input_error(tmp_path: Pat
         first.unlink()
     else:
         pq.write_table(pq.read_table(first).slice(0, 1), first)
+    (tmp_path / "rounds.parquet").write_bytes(b"merged")  # the only copy of some rows, maybe
+    before = sorted(tmp_path.rglob("*"))
     with pytest.raises(InputError, match=r"rounds: the part files do not hold the 2 parts and 4"):
         Recorder(tmp_path, committed=committed)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing removed
 
 
 def test_muted_appends_are_checked_then_dropped(tmp_path: Path) -> None:
@@ -134,7 +148,7 @@ def test_muted_appends_are_checked_then_dropped(tmp_path: Path) -> None:
         recorder.append("rounds", t_start_s=0.0)
     recorder.mute(False)
     assert not (tmp_path / PARTS_DIR / "rounds").exists()
-    recorder.close()
+    recorder.merge()
     assert pl.read_parquet(tmp_path / "rounds.parquet").height == 0
 
 
@@ -178,7 +192,7 @@ def test_masked_values_are_null_and_nan_stays_nan(tmp_path: Path) -> None:
         0, np.ma.masked_array([0.5, nan, 0.1], [False, False, False]),
         np.ma.masked_array([0.4, nan, nan], [False, False, True])))
     recorder.append("clients", **clients_rows(1, np.array([0.5, nan, 0.1]), np.zeros(3)))
-    recorder.close()
+    recorder.merge()
     rows = pl.read_parquet(tmp_path / "clients.parquet")
     first = rows.filter(pl.col("round") == 0)
     assert first["loss_reported"].is_nan().to_list() == [False, True, False]
@@ -192,7 +206,7 @@ def test_merged_rows_are_in_round_order_and_stable_within_a_round(tmp_path: Path
     recorder = Recorder(tmp_path, flush_every=1)
     for r in (2, 0, 1, 0):  # a round's rows come once its stragglers are done
         recorder.append("clients", **clients_rows(r, np.zeros(3), np.full(3, float(r))))
-    recorder.close()
+    recorder.merge()
     rows = pl.read_parquet(tmp_path / "clients.parquet")
     assert rows["round"].to_list() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert rows["client_id"].to_list()[:6] == ["a", "b", "c", "a", "b", "c"]
@@ -211,7 +225,7 @@ def test_parts_written_before_a_column_was_added_read_as_null_there(tmp_path: Pa
                     client_idx=np.array([0]), split="train", num_samples=np.array([3]),
                     loss=np.array([0.9]), error=np.array([0.4]))
     assert read_table(tmp_path, "eval")["client_idx"].to_list() == [None]  # not flushed yet
-    recorder.close()
+    recorder.merge()
     merged = pl.read_parquet(tmp_path / "eval.parquet")
     assert merged["client_idx"].to_list() == [None, 0]
     assert merged["round"].to_list() == [0, 1]

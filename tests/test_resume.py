@@ -38,7 +38,7 @@ from simfl.cli import main
 from simfl.data import FederatedData, load_data
 from simfl.plots.runs import plot_run
 from simfl.plots.study import plot_run_bias
-from simfl.records import PARTS_DIR, read_table
+from simfl.records import PARTS_DIR, RUN_PLOTS, TableWriter, read_table
 from simfl.rng import Streams
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
 from simfl.sim.server import LearnerLike
@@ -79,10 +79,11 @@ horizon_s = 86400.0
 VOLATILE = {"started_at", "wall_s", "resumes"}  # wall-clock facts, in the manifest only
 
 # Run the CLI in a child that SIGKILLs itself: "train R" just before round R trains;
-# "commit N" while writing checkpoint N, after its parts and journal, before its state.
+# "commit N" while writing checkpoint N, after its parts and journal, before its state;
+# "merge I" when the finished run merges its I-th table (the ones before are merged).
 KILLER = """
 import os, signal, sys
-from simfl import checkpoint
+from simfl import checkpoint, records
 from simfl.cli import main
 from simfl.plots.runs import plot_run
 from simfl.train import learner
@@ -95,6 +96,13 @@ if where == "train":
             os.kill(os.getpid(), signal.SIGKILL)
         return train(self, round_idx, client_idx)
     learner.Learner.train = patched
+elif where == "merge":
+    merge = records.TableWriter.merge
+    def patched(self):
+        if self.name == list(records.SCHEMAS)[at]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        merge(self)
+    records.TableWriter.merge = patched
 else:
     write, states = checkpoint.write_atomically, []
     def patched(path, fn):
@@ -340,6 +348,65 @@ def test_a_run_does_not_resume_where_its_device_speeds_would_come_from_elsewhere
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # untouched
 
 
+def test_a_run_does_not_resume_on_another_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    trace, out = tmp_path / "trace.csv", tmp_path / "run"
+    trace.write_text("client_idx,t_on_s,t_off_s\n" + "".join(
+        f"{k},0,{1e7}\n" for k in range(40)))  # the 40 training devices
+    traced = write_scenario(tmp_path)
+    traced.write_text(traced.read_text().replace(
+        'mode = "diurnal"', f'mode = "trace"\ntrace_path = "{trace}"').replace(
+        "horizon_s = 86400.0\n", ""))
+    train = Learner.train
+
+    def interrupt_round_3(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        if round_idx == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return train(self, round_idx, client_idx)
+
+    monkeypatch.setattr(Learner, "train", interrupt_round_3)
+    monkeypatch.setattr(checkpoint, "STOP_GRACE_S", 60.0)
+    assert run(traced, out) == 128 + signal.SIGINT
+    monkeypatch.undo()
+    original = trace.read_text()
+    trace.write_text(original.replace(f"39,0,{1e7}", "39,0,100.0"))  # one device's hours
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert resume(out) == 2
+    err = capsys.readouterr().err
+    assert "availability trace" in err and "changed" in err and len(err.splitlines()) == 1
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # untouched
+    trace.write_text(original)
+    assert resume(out) == 0
+
+
+def test_a_run_does_not_resume_on_other_data(interrupted: Path, copy_of: Any,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = copy_of(interrupted)
+    info = manifest(out)
+    assert len(info["inputs"]["data"]) == 64 and info["inputs"]["trace"] is None
+    info["inputs"]["data"] = "0" * 64  # as if its data file had been replaced
+    (out / "manifest.json").write_text(json.dumps(info))
+    capsys.readouterr()
+    assert resume(out) == 2
+    assert "its data" in capsys.readouterr().err
+
+
+def test_the_data_fingerprint_follows_devices_counts_and_labels() -> None:
+    data = load_data(DataConfig(), Streams(0))
+    same = load_data(DataConfig(), Streams(0))
+    assert data.fingerprint() == same.fingerprint()
+    y = data.train.y.clone()
+    y[0] = (y[0] + 1) % data.num_classes
+    relabelled = dataclasses.replace(data, train=dataclasses.replace(data.train, y=y))
+    offsets = data.train.offsets.copy()
+    offsets[1] += 1  # one sample moves from device 1 to device 0
+    moved = dataclasses.replace(data, train=dataclasses.replace(data.train, offsets=offsets))
+    assert len({data.fingerprint(), relabelled.fingerprint(), moved.fingerprint(),
+                load_data(DataConfig(), Streams(1)).fingerprint()}) == 4
+
+
 def test_wall_time_adds_up_over_the_sessions_of_a_run(interrupted: Path, copy_of: Any,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     before = checkpoint_state(interrupted)["wall_s"]  # worked up to the checkpoint
@@ -402,14 +469,51 @@ def test_sigterm_in_a_long_round_stops_within_a_second_and_resumes_to_the_same_f
     assert_same_files(out, baseline)
 
 
+def test_sigkill_while_the_finished_run_merges_its_tables_resumes_to_the_same_files(
+        scenario: Path, baseline: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run_killed(["merge", "2", str(scenario), "--out", str(out), "--quiet"])
+    assert (out / "rounds.parquet").is_file() and not (out / "comm.parquet").exists()
+    assert manifest(out)["status"] == "running"
+    assert resume(out) == 0
+    assert_same_files(out, baseline)
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_signal_while_the_tables_merge_waits_for_the_run_to_complete_a_second_stops_it(
+        signals: int, scenario: Path, baseline: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    merge = TableWriter.merge
+
+    def signalled(self: TableWriter) -> None:
+        if self.name == "comm":  # rounds and clients are merged, the others not yet
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGTERM)
+        merge(self)
+
+    monkeypatch.setattr(TableWriter, "merge", signalled)
+    out = tmp_path / "run"
+    if signals == 1:  # the run had nothing left to stop: it completes
+        assert run(scenario, out) == 0
+        assert_same_files(out, baseline)
+        return
+    assert run(scenario, out) == 130
+    assert capsys.readouterr().err.count("\n") == 1
+    assert manifest(out)["status"] == "interrupted"
+    monkeypatch.undo()
+    assert resume(out) == 0
+    assert_same_files(out, baseline)
+
+
 def test_an_interrupted_run_plots_from_its_parts(interrupted: Path, copy_of: Any) -> None:
     out = copy_of(interrupted)
     assert not (out / "rounds.parquet").exists()
     written = {p.name for p in plot_run(out)}
-    assert {"error_vs_rounds.png", "round_durations.png"} <= written
+    assert {"error_vs_rounds.png", "round_durations.png"} <= written <= set(RUN_PLOTS)
     assert not (out / "bias.parquet").exists()  # Δ-FL's estimates are in parts/bias
-    assert [p.name for p in plot_run_bias(out)] == ["threshold_estimates.png",
-                                                  "bias_decomposition.png"]
+    bias = [p.name for p in plot_run_bias(out)]
+    assert bias == ["threshold_estimates.png", "bias_decomposition.png"]
+    assert set(bias) <= set(RUN_PLOTS)  # figures --overwrite may replace
 
 
 def test_a_journal_gives_back_answers_in_order_or_raises() -> None:

@@ -460,3 +460,87 @@ def test_progress_gives_each_devices_pace_when_runs_started_on_several() -> None
         "s: 1 of 3 runs complete, 15 of 30 rounds done (50.0 %) in 51.0 min of run time; "
         "the 15 rounds left take about 1.5 min at the pace of the runs started on H100, "
         "2.5 h at the pace of the runs started on cpu")
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes (to see that nothing was written)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_sweep_named_like_a_single_run_is_refused_before_any_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """results/<sweep name> holding a run (its manifest.json): neither the sweep nor collect
+    puts anything into that run's directory."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]"))
+    run = tmp_path / "results" / "study"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"status": "complete"}))
+    (run / "rounds.parquet").write_bytes(b"the run's rounds")
+    before = _listing(tmp_path)
+    for command in (["sweep", str(path), "--backend", "sequential", "--quiet"],
+                    ["collect", str(path)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"simfl: error: {Path('results') / 'study'}: a single run's directory")
+        assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize(("table", "named"), [
+    ('[grid]\n"data.path" = ["a/../../../ESCAPED", "b"]\n', "grid key 'data.path'"),
+    ('[variants."../../ESCAPED"]\n"train.lr" = 0.1\n', "variant name '../../ESCAPED'"),
+])
+def test_a_run_id_that_would_be_a_path_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        table: str, named: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, f'scenario = "base.toml"\nname = "s"\nseeds = [0]\n{table}')
+    before = _listing(tmp_path)
+    assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and named in err[0] and "cannot" in err[0] and "'/'" in err[0]
+    assert _listing(tmp_path) == before and not (tmp_path / "results").exists()
+
+
+def test_a_run_folder_holding_a_users_file_stops_the_sweep_before_any_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The third run's folder holds a file simfl did not write: the sweep runs nothing
+    (not the first two runs either), names the folder and the file, and does not tell the
+    user about an --overwrite that a sweep does not have."""
+    import simfl.sweep
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]"))
+    third = load_sweep(path).runs[2].run_dir
+    third.mkdir(parents=True)
+    (third / "notes.txt").write_text("my notes")
+    ran: list[Path] = []
+    monkeypatch.setattr(simfl.sweep, "_run_one", lambda scenario, overrides, run_dir,
+                        progress: ran.append(run_dir) or "complete")
+    before = _listing(tmp_path)
+    assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1 and f"{third}:" in lines[0]
+    assert "'notes.txt'" in lines[0] and "--overwrite" not in lines[0]
+    assert ran == [] and out == ""
+    assert _listing(tmp_path) == before
+    assert [p.name for p in (tmp_path / "results" / "study").iterdir()] == [third.name]
+
+
+def test_collect_refuses_a_plots_file_in_the_sweeps_folder_before_writing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path)
+    (tmp_path / "results" / "study").mkdir(parents=True)
+    (tmp_path / "results" / "study" / "plots").write_text("my notes")
+    before = _listing(tmp_path)
+    assert main(["collect", str(path)]) == 2
+    assert capsys.readouterr().err == (f"simfl: error: {Path('results/study/plots')}: exists "
+                                       f"and is not a directory (the figures go there)\n")
+    assert _listing(tmp_path) == before

@@ -3,6 +3,7 @@ the evidence written, and the choice fed into a later sweep through ``include``.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -13,11 +14,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from simfl.checkpoint import run_lock
+from simfl.cli import main
 from simfl.data.split import split_clients
 from simfl.errors import InputError
 from simfl.scenario import DataConfig
 from simfl.sweep import load_sweep
-from simfl.tune import tune
+from simfl.tune import load_tuning, tune
 from tests.test_bad_input import SCENARIO as TINY
 from tests.test_sweep import ROOT
 
@@ -90,6 +93,67 @@ def test_a_failed_run_is_never_chosen(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result.chosen[""] == {"train.lr": 0.1}
     assert math.isinf(result.table.filter(pl.col("lr") == 1e30)["criterion"][0])
     assert "[set]" in result.chosen_file.read_text()
+
+
+def test_a_variant_whose_runs_all_failed_gets_no_choice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """Every round of the `late` variant closes before any update arrives: both its runs
+    fail. It gets no choice (tuning.md says why, chosen.toml has no entry, exit 1) while
+    `fedavg` is chosen; when no variant is chosen, no chosen.toml is left, not even an
+    earlier tuning's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "t.toml"
+    spec.write_text('scenario = "tiny.toml"\nname = "t"\ncriterion = "train_loss"\n'
+                    '[grid]\n"train.lr" = [0.05, 0.1]\n[variants.fedavg]\n'
+                    '"aggregator.name" = "fedavg"\n[variants.late]\n'
+                    '"server.deadline_s" = 1e-6\n')
+    assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"simfl: tune {spec}: late: no choice: every grid point has a "
+                                f"failed run"]
+    assert out.splitlines()[-3:] == ["fedavg: train.lr = 0.1", "results/t/tuning.md",
+                                     "results/t/chosen.toml"]
+    chosen = (tmp_path / "results" / "t" / "chosen.toml").read_text()
+    assert "[variants.fedavg]" in chosen and "late" not in chosen
+    report = (tmp_path / "results" / "t" / "tuning.md").read_text()
+    late = report[report.index("## late"):]
+    assert "| 0.05 | inf | inf |  |" in late and "| 0.1 | inf | inf |  |" in late
+    assert "chosen" not in late and "No choice: every grid point has a failed run." in late
+    spec.write_text(spec.read_text().split("[variants.fedavg]")[0]
+                    + '[set]\n"server.deadline_s" = 1e-6\n')
+    assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 1
+    assert "all runs: no choice: every grid point has a failed run" in capsys.readouterr().err
+    assert not (tmp_path / "results" / "t" / "chosen.toml").exists()  # nor fedavg's choice
+    assert "| 0.1 | inf | inf |  |" in (tmp_path / "results" / "t" / "tuning.md").read_text()
+
+
+def test_a_run_left_to_another_process_is_not_scored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """lr 1e30 diverges: its run fails and 1e-4 is chosen. While another process holds
+    that failed run (resuming it), the run is neither +inf nor left out: no choice, and
+    the earlier chosen.toml goes; once the run is free again, the choice is made."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "t.toml"
+    spec.write_text('scenario = "tiny.toml"\nname = "t"\ncriterion = "train_loss"\n'
+                    '[grid]\n"train.lr" = [1e-4, 1e30]\n')
+    chosen = tmp_path / "results" / "t" / "chosen.toml"
+    assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 0
+    assert "train.lr = 0.0001" in capsys.readouterr().out and chosen.is_file()
+    held = load_tuning(spec)[0].runs[1].run_dir
+    assert json.loads((held / "manifest.json").read_text())["status"] == "failed"
+    with run_lock(held):
+        assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"simfl: tune {spec}: all runs: no choice: 1 of its 2 runs not complete "
+                   f"(lr=1e+30,seed=0); tune again once they are"]
+    assert not chosen.exists()
+    assert "| 1e+30 | – | – |  |" in (tmp_path / "results" / "t" / "tuning.md").read_text()
+    assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 0
+    assert 'train.lr" = 0.0001' in chosen.read_text()
 
 
 def test_bad_tuning_files(tmp_path: Path) -> None:

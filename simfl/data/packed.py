@@ -6,6 +6,7 @@ is gathered with one vectorised index, never a Python loop over samples.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,17 @@ class FederatedData:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train.x.shape[1:])
+
+    def fingerprint(self) -> str:
+        """sha256 of which device holds which labels: both sides' device ids, sample
+        counts and labels. Not the features: standardised, their floats may differ in the
+        last bit with the thread count. A resume checks it (simfl.run)."""
+        digest = hashlib.sha256(self.name.encode())
+        for side in (self.train, self.test):
+            digest.update("\0".join(map(str, side.client_ids)).encode())
+            digest.update(np.asarray(side.offsets, dtype=np.int64).tobytes())
+            digest.update(side.y.cpu().numpy().astype(np.int64).tobytes())
+        return digest.hexdigest()
 
     def describe(self) -> str:
         """One line on the population a run uses: devices per side and the training

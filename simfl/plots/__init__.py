@@ -31,7 +31,8 @@ def new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
 
 
 def save_figure(fig: Figure, out: str | Path) -> Path:
-    """Write ``fig`` as a PNG at ``out`` (its folder created); returns the path."""
+    """Write ``fig`` at ``out`` (a PNG, or the format its suffix names; its folder
+    created); returns the path."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=DPI)

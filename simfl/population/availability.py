@@ -225,8 +225,12 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
         if not cfg.trace_path:
             raise InputError("population.availability.mode = 'trace' needs "
                              "population.availability.trace_path")
-        return from_intervals(*read_trace(cfg.trace_path, devices.num_devices),
-                              devices.region_idx, num_regions)
+        traced = from_intervals(*read_trace(cfg.trace_path, devices.num_devices),
+                                devices.region_idx, num_regions)
+        if traced.t_on_s.size == 0:
+            raise InputError(f"{cfg.trace_path}: the trace holds no online interval "
+                             "(population.availability.trace_path)")
+        return traced
     check_diurnal_work(cfg, devices.num_devices)
     intervals = diurnal_intervals(devices.utc_offset_s, cfg.online_prob_by_hour,
                                   cfg.session_mean_s, cfg.horizon_s,

@@ -6,7 +6,8 @@ in which ``idle_share`` of the last ``idle_window`` rounds aggregated nothing, o
 non-finite threshold, cannot be learning: :meth:`Health.round_done` raises
 :class:`RunStalled` naming the cause (``failed``, exit 1), instead of the run ending
 "complete" with an untrained model. A run shorter than the window is judged over all
-its rounds when it ends (:meth:`Health.check_end`).
+its rounds when it ends (:meth:`Health.check_end`), and a run none of whose rounds
+aggregated an update fails then whatever the window (``idle_window = 0`` included).
 
 Replay (simfl.checkpoint) re-runs the server from t = 0, so the totals need no saving:
 a resumed run reports every round again and ends with the same counts.
@@ -83,9 +84,13 @@ class Health:
         self.statuses.update(statuses)
 
     def check_end(self) -> None:
-        """At the end of a run shorter than the window: judge all of its rounds."""
+        """At the end of a run: judge all of its rounds if it was shorter than the
+        window; fail it if it trained nothing."""
         if self.idle_window and 0 < len(self._recent) < self.idle_window:
             self._judge()
+        if self.rounds and self.idle_rounds == self.rounds:
+            raise RunStalled(f"the run trained nothing: none of its {self.rounds} rounds "
+                             f"aggregated an update; {self._cause()}")
 
     def _judge(self) -> None:
         idle = [r for r, is_idle, _, _ in self._recent if is_idle]

@@ -74,7 +74,7 @@ def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
                     Health(0, 1.0))
     env.process(async_server(wiring, cfg, learner, lambda r, t: None))
     env.run()
-    recorder.close()
+    recorder.merge()
     return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}
 
 
@@ -198,7 +198,7 @@ def run_server(server: object, cfg: ServerConfig, learner: AsyncLearner,
                     Streams(5), Health(0, 1.0))
     env.process(server(wiring, cfg, learner, lambda r, t: None))  # type: ignore[operator]
     env.run()
-    recorder.close()
+    recorder.merge()
     return pl.read_parquet(tmp_path / "clients.parquet")
 
 

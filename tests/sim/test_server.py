@@ -91,7 +91,7 @@ def simulate(tmp_path: Path, cfg: ServerConfig, availability: Availability,
                     Health(0, 1.0))
     env.process(sync_server(wiring, cfg, learner, lambda r, t: None))
     env.run()
-    recorder.close()
+    recorder.merge()
     return {t: pl.read_parquet(tmp_path / f"{t}.parquet") for t in ("rounds", "clients", "comm")}
 
 

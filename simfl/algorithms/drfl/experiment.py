@@ -41,6 +41,7 @@ from simfl.scenario import AvailabilityConfig, PopulationConfig, Region, build_c
 
 METHODS = ("drfl", "erm", "afl", "drfa", "wafl")
 SWEEPS = ("mean", "sd", "mean_ratio")
+TABLES = ("accuracy", "cv", "chosen", "iterations")  # run_experiment's <table>.parquet
 DATASETS = {"wisconsin_original": "sym_box", "wisconsin_diagnostic": "none"}  # -> support
 # One device per client, in three time zones, online mostly at night (diurnal model);
 # 180 days of availability: every iteration waits for all three devices.
@@ -360,8 +361,7 @@ def run_experiment(cfg: ExperimentConfig, out_dir: Path) -> dict[str, pl.DataFra
     """All seeds; writes the accuracy, cv, chosen and iterations Parquet tables into
     ``out_dir``. With ``tune_seeds`` the grid point is chosen once, on those seeds."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables: dict[str, list[pl.DataFrame]] = {"accuracy": [], "cv": [], "chosen": [],
-                                             "iterations": []}
+    tables: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
     tuned = pl.concat([_cross_validate_seed(cfg, seed) for seed in cfg.tune_seeds]
                       ) if cfg.tune_seeds else None
     if tuned is not None:

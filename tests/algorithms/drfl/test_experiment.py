@@ -170,3 +170,36 @@ def test_the_papers_breast_cancer_set_is_wisconsin_original_scaled_to_the_box() 
     np.testing.assert_array_equal(x.max(axis=0), 1.0)
     assert ((y == 1).sum(), (y == -1).sum()) == (444, 239)  # benign, malignant
     np.testing.assert_allclose((x + 1) / 2 * 9 + 1, np.round((x + 1) / 2 * 9 + 1))  # 1..10
+
+
+def test_drfl_out_replaces_only_the_studys_files_and_only_with_overwrite(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out: a file, a folder with the user's files (even named as the study's), or with
+    --overwrite one holding anything else, is refused before any work (exit 2, one line,
+    nothing written); a study's own folder is replaced with --overwrite."""
+    study = tmp_path / "tiny.toml"
+    study.write_text(TINY)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "accuracy.parquet").write_bytes(b"mine")
+    (out / "drfl_noise.png").write_bytes(b"my figure")
+    (tmp_path / "afile").write_text("mine")
+
+    def refused(args: list[str], message: str) -> None:
+        before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        assert main(["drfl", str(study), *args]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and message in err[0]
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+    refused(["--out", str(out)], f"{out}: exists and is not empty (use --overwrite")
+    refused(["--out", str(tmp_path / "afile")], f"{tmp_path / 'afile'}: exists and is not a")
+    (out / "notes.txt").write_text("mine")
+    refused(["--out", str(out), "--overwrite"], f"{out}: holds 'notes.txt', which the DRFL")
+    (out / "notes.txt").unlink()
+    fresh = tmp_path / "fresh"
+    assert main(["drfl", str(study), "--out", str(fresh)]) == 0
+    written = sorted(p.name for p in fresh.iterdir())
+    refused(["--out", str(fresh)], f"{fresh}: exists and is not empty")
+    assert main(["drfl", str(study), "--out", str(fresh), "--overwrite"]) == 0
+    assert sorted(p.name for p in fresh.iterdir()) == written and len(written) == 6
