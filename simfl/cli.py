@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"simfl: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before a run began (a run's own stop is _report's)
+        print("simfl: interrupted", file=sys.stderr)
+        return 130
 
 
 def _looks_like_scenario(arg: str) -> bool:
@@ -278,6 +281,7 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
     """Do ``work`` (a run); one line says how it ended: 0 complete, 1 failed, 128 + signal
     stopped. A run that fails or is stopped keeps its last checkpoint."""
     from simfl.checkpoint import RunInterrupted
+    from simfl.records import manifest_or_empty
 
     resume = f"continue with: python -m simfl resume {run_dir}"
     try:
@@ -286,8 +290,12 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
         print(f"simfl: {run_dir}: {e}; {resume}", file=sys.stderr)
         return 128 + e.signum
     except KeyboardInterrupt:
-        print(f"simfl: {run_dir}: interrupted; {resume} (from its last checkpoint)",
-              file=sys.stderr)
+        if manifest_or_empty(run_dir).get("status") != "interrupted":  # it had not begun
+            print(f"simfl: {run_dir}: interrupted before the run began; nothing written",
+                  file=sys.stderr)
+        else:
+            print(f"simfl: {run_dir}: interrupted; {resume} (from its last checkpoint)",
+                  file=sys.stderr)
         return 130
     except RunFailed as e:
         print(f"simfl: {run_dir}: run failed: {_one_line(str(e))}", file=sys.stderr)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import simfl.run
 from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.plots.runs import plot_run
@@ -175,6 +176,20 @@ def test_overwrite_never_deletes_files_simfl_did_not_write_into_a_run(
     assert tree(out) == before
     (out / "my_analysis.ipynb").unlink()
     assert cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)[0] == 0
+
+
+def test_ctrl_c_while_a_run_loads_its_data_is_one_line_and_writes_nothing(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simfl.run, "load_data", interrupted)
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    assert (code, err) == (130, f"simfl: {out}: interrupted before the run began; "
+                                "nothing written\n")
+    assert not out.exists()
 
 
 def test_a_trace_with_no_online_interval_is_bad_input(
