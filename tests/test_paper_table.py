@@ -210,3 +210,43 @@ def test_versus_plans_the_seeds_from_the_paired_spread(capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "seeds to find 2.82843 points |" in out
     assert out.rstrip().endswith("| 10 |")
+
+
+def kept_tuning(name: str) -> dict[str, dict[float, tuple[float, bool]]]:
+    """variant -> grid value -> (criterion, chosen), from the tuning.md ``tune`` wrote
+    beside the kept runs of tuning ``name`` (one grid key, one seed)."""
+    out: dict[str, dict[float, tuple[float, bool]]] = {}
+    variant = ""
+    for line in (ROOT / "docs" / "runs" / name / "tuning.md").read_text().splitlines():
+        if line.startswith("## "):
+            variant = line[3:]
+        elif line.startswith("| ") and not line.startswith(("| l2 ", "| lr ")):
+            value, criterion, _, mark = cells(line)
+            out.setdefault(variant, {})[float(value)] = (float(criterion), mark == "chosen")
+    return out
+
+
+@pytest.mark.parametrize("name", ["paper_tune_linear_l2", "paper_tune_linear_l2_batch32"])
+def test_the_l2_tuning_tables_in_reproduction_md_are_the_kept_runs(name: str) -> None:
+    """Each row of the page's ℓ2 tables (held-out p90 in %, the choice in bold) is
+    what ``tune`` wrote from the runs kept in docs/runs/<name>."""
+    tuning = kept_tuning(name)
+    page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+            if line.strip().startswith("| ")]
+    for l2 in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8):
+        row = [f"{l2:.0e}"]
+        for variant in ("fedavg", "deltafl_0_8", "deltafl_0_5", "deltafl_0_1"):
+            criterion, chosen = tuning[variant][l2]
+            row.append(f"**{100 * criterion:.2f}**" if chosen else f"{100 * criterion:.2f}")
+        assert row in page, f"not in docs/reproduction.md: {row}"
+
+
+def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs() -> None:
+    tuning = kept_tuning("paper_tune_linear_lr")["all runs"]
+    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| γ0 | α-weighted"))
+    rows = [cells(line) for line in lines[start + 2:start + 2 + len(tuning)]]
+    for row, (lr, (criterion, chosen)) in zip(rows, tuning.items(), strict=True):
+        assert float(row[0].split()[0].strip("*")) == lr
+        assert float(row[1].strip("*")) == pytest.approx(criterion, abs=5e-4)
+        assert ("(chosen)" in row[0]) == chosen
