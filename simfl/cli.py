@@ -381,6 +381,9 @@ def check_study_dir(out_dir: Path, overwrite: bool) -> None:
     from simfl.algorithms.drfl.experiment import TABLES
 
     if not out_dir.exists():
+        above = next((p for p in out_dir.parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise InputError(f"{out_dir}: {above} is a file, not a directory")
         return
     if not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")

@@ -194,6 +194,7 @@ def test_drfl_out_replaces_only_the_studys_files_and_only_with_overwrite(
 
     refused(["--out", str(out)], f"{out}: exists and is not empty (use --overwrite")
     refused(["--out", str(tmp_path / "afile")], f"{tmp_path / 'afile'}: exists and is not a")
+    refused(["--out", str(tmp_path / "afile" / "sub")], f"{tmp_path / 'afile'} is a file")
     (out / "notes.txt").write_text("mine")
     refused(["--out", str(out), "--overwrite"], f"{out}: holds 'notes.txt', which the DRFL")
     (out / "notes.txt").unlink()
