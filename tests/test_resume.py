@@ -287,20 +287,25 @@ def test_sigkill_while_committing_a_checkpoint_resumes_from_the_previous_one(
     assert_same_files(out, baseline)
 
 
-@pytest.fixture(scope="module")
-def interrupted(scenario: Path, baseline: Path) -> Path:
-    """The run stopped by SIGINT during round 3: it finishes the round, checkpoints, stops."""
-    out = scenario.parent / "interrupted"
+def interrupt_round_3(patch: pytest.MonkeyPatch) -> None:
+    """SIGINT as round 3 trains: the run finishes the round, checkpoints, stops."""
     train = Learner.train
 
-    def interrupt_round_3(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+    def interrupting(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         if round_idx == 3:
             os.kill(os.getpid(), signal.SIGINT)
         return train(self, round_idx, client_idx)
 
+    patch.setattr(Learner, "train", interrupting)
+    patch.setattr(checkpoint, "STOP_GRACE_S", 60.0)  # the round ends, however loaded
+
+
+@pytest.fixture(scope="module")
+def interrupted(scenario: Path, baseline: Path) -> Path:
+    """The run stopped by SIGINT during round 3 (:func:`interrupt_round_3`)."""
+    out = scenario.parent / "interrupted"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Learner, "train", interrupt_round_3)
-        patch.setattr(checkpoint, "STOP_GRACE_S", 60.0)  # the round ends, however loaded
+        interrupt_round_3(patch)
         assert run(scenario, out) == 128 + signal.SIGINT
     return out
 
@@ -340,11 +345,16 @@ def test_a_run_does_not_resume_where_its_device_speeds_would_come_from_elsewhere
     elsewhere = {"benchmark": "lognormal", "lognormal": "benchmark"}[speeds["speeds"]]
     info["device_speeds"] = {**speeds, "speeds": elsewhere}  # as if started on another machine
     (out / "manifest.json").write_text(json.dumps(info))
+    resume_refused(out, capsys, "device speeds", "SIMFL_DATA_DIR/devices")
+
+
+def resume_refused(out: Path, capsys: pytest.CaptureFixture[str], *named: str) -> None:
+    """``resume out`` exits 2 with one line naming each of ``named``, touching nothing."""
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert resume(out) == 2
     err = capsys.readouterr().err
-    assert "device speeds" in err and "SIMFL_DATA_DIR/devices" in err and len(err.splitlines()) == 1
+    assert all(name in err for name in named) and len(err.splitlines()) == 1, err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # untouched
 
 
@@ -358,25 +368,12 @@ def test_a_run_does_not_resume_on_another_trace(
     traced.write_text(traced.read_text().replace(
         'mode = "diurnal"', f'mode = "trace"\ntrace_path = "{trace}"').replace(
         "horizon_s = 86400.0\n", ""))
-    train = Learner.train
-
-    def interrupt_round_3(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
-        if round_idx == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-        return train(self, round_idx, client_idx)
-
-    monkeypatch.setattr(Learner, "train", interrupt_round_3)
-    monkeypatch.setattr(checkpoint, "STOP_GRACE_S", 60.0)
+    interrupt_round_3(monkeypatch)
     assert run(traced, out) == 128 + signal.SIGINT
     monkeypatch.undo()
     original = trace.read_text()
     trace.write_text(original.replace(f"39,0,{1e7}", "39,0,100.0"))  # one device's hours
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    capsys.readouterr()
-    assert resume(out) == 2
-    err = capsys.readouterr().err
-    assert "availability trace" in err and "changed" in err and len(err.splitlines()) == 1
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # untouched
+    resume_refused(out, capsys, "availability trace", "changed")
     trace.write_text(original)
     assert resume(out) == 0
 
@@ -388,9 +385,7 @@ def test_a_run_does_not_resume_on_other_data(interrupted: Path, copy_of: Any,
     assert len(info["inputs"]["data"]) == 64 and info["inputs"]["trace"] is None
     info["inputs"]["data"] = "0" * 64  # as if its data file had been replaced
     (out / "manifest.json").write_text(json.dumps(info))
-    capsys.readouterr()
-    assert resume(out) == 2
-    assert "its data" in capsys.readouterr().err
+    resume_refused(out, capsys, "its data", "changed")
 
 
 def test_the_data_fingerprint_follows_devices_counts_and_labels() -> None:
