@@ -171,6 +171,11 @@ def sweep_from_table(raw: dict[str, Any], path: Path, results_dir: Path) -> Swee
                              f"(use 'seeds')")
     _check_run_id_parts(source, grid, variants)
     runs = _expand(name, common, grid, variants, seeds, results_dir)
+    ids = [run.run_id for run in runs]
+    if len(set(ids)) < len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise InputError(f"{source}: two runs would share the folder {twice!r} (grid values "
+                         f"or keys that print alike, e.g. 1 and \"1\"): make them differ")
     for run in runs:  # bad overrides stop the sweep before any run starts
         load_scenario(scenario, run.overrides)
     return Sweep(name, scenario, runs, str(ray_cfg.get("address", "")),

@@ -505,6 +505,18 @@ def test_a_run_id_that_would_be_a_path_is_refused(
     assert _listing(tmp_path) == before and not (tmp_path / "results").exists()
 
 
+def test_two_runs_that_would_share_a_folder_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, 'scenario = "base.toml"\nname = "s"\nseeds = [0]\n'
+                           '[grid]\n"aggregator.theta" = [0.5, "0.5"]\n')
+    assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "share the folder 'theta=0.5,seed=0'" in err[0], err
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_run_folder_holding_a_users_file_stops_the_sweep_before_any_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
