@@ -84,10 +84,11 @@ RUN_LAYOUT: Layout = {
 }
 
 
-def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+def prepare_run_dir(run_dir: Path, overwrite: bool, advise: bool = True) -> None:
     """Check that ``run_dir`` may receive a new run, before any work: it is absent or
     empty, or (``overwrite``) it is a simfl run holding nothing simfl did not write (no
-    other name, no symbolic link, at any depth). InputError otherwise; a run that a live
+    other name, no symbolic link, at any depth). InputError otherwise, with the run
+    command's advice (--overwrite, --out) unless ``advise`` is False; a run that a live
     process works on is refused by its lock."""
     if not run_dir.exists():
         return
@@ -98,13 +99,14 @@ def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     if not overwrite:
         raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
     if not (run_dir / "manifest.json").is_file() or not _is_run_manifest(read_manifest(run_dir)):
-        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json); --overwrite "
-                         f"only replaces a run and deletes nothing else")
+        advice = "; --overwrite only replaces a run and deletes nothing else"
+        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json)"
+                         f"{advice if advise else ''}")
     foreign = foreign_entry(run_dir, RUN_LAYOUT)
     if foreign is not None:
+        advice = "; --overwrite would delete it (move it, or choose another --out)"
         raise InputError(f"{run_dir}: holds {str(foreign.relative_to(run_dir))!r}, which simfl "
-                         f"did not write; --overwrite would delete it (move it, or choose "
-                         f"another --out)")
+                         f"did not write{advice if advise else ''}")
 
 
 def _is_run_manifest(manifest: dict[str, Any]) -> bool:

@@ -271,9 +271,9 @@ def _check_run_dirs(sweep: Sweep, pending: Sequence[SweepRun]) -> None:
                                                                           run.overrides)):
             continue
         try:
-            prepare_run_dir(run.run_dir, overwrite=True)
-        except InputError as e:  # its advice is the run command's (--overwrite, --out)
-            problem = str(e).split("; --overwrite")[0]
+            prepare_run_dir(run.run_dir, overwrite=True, advise=False)
+        except InputError as e:
+            problem = str(e)
             if run.run_dir.is_dir() and not (run.run_dir / "manifest.json").exists():
                 names = sorted(repr(p.name) for p in run.run_dir.iterdir())
                 problem += f", holding {', '.join(names[:3])}{', ...' * (len(names) > 3)}"
