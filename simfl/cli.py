@@ -18,14 +18,22 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from simfl.errors import InputError, RunFailed
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with bad arguments as simfl's other bad input: one line, exit status 2
+    (argparse's own prints its usage text over several lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{self.prog}: {message} ({self.prog} --help shows the usage)")
+
 def _run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m simfl", description="Run a scenario.")
+    parser = _Parser(prog="python -m simfl", description="Run a scenario.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, help="run directory (default results/<name>)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
@@ -36,7 +44,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _resume_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m simfl resume",
         description="Continue a killed, interrupted or failed run from its last checkpoint.")
     parser.add_argument("run_dir", type=Path, help="run directory")
@@ -45,7 +53,7 @@ def _resume_parser() -> argparse.ArgumentParser:
 
 
 def _plot_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m simfl plot",
+    parser = _Parser(prog="python -m simfl plot",
                                      description="Figures from a run's Parquet tables.")
     parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories")
     parser.add_argument("--compare", type=Path,
@@ -61,7 +69,7 @@ def _plot_parser() -> argparse.ArgumentParser:
 
 
 def _trace_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m simfl trace",
         description="Write a scenario's device availability (online intervals) as a trace.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
@@ -75,7 +83,7 @@ def _trace_parser() -> argparse.ArgumentParser:
 def _sweep_parser(command: str) -> argparse.ArgumentParser:
     what = {"sweep": "Run every scenario of a sweep (Ray tasks, or in turn).",
             "collect": "Gather a sweep's finished runs into one table per kind, with figures."}
-    parser = argparse.ArgumentParser(prog=f"python -m simfl {command}", description=what[command])
+    parser = _Parser(prog=f"python -m simfl {command}", description=what[command])
     parser.add_argument("sweep", type=Path, help="sweep TOML file")
     if command == "collect":
         parser.add_argument("--results", metavar="DIR", type=Path, default=Path("results"),
@@ -101,7 +109,7 @@ def _sweep_parser(command: str) -> argparse.ArgumentParser:
 
 
 def _drfl_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m simfl drfl",
         description="DRFL's breast-cancer noise study (needs the drfl extra).")
     parser.add_argument("study", type=Path, nargs="?",
@@ -115,7 +123,7 @@ def _drfl_parser() -> argparse.ArgumentParser:
 
 
 def _tune_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m simfl tune",
         description="Run a tuning file's grid and choose per variant by its criterion "
                     "(train_loss or holdout_p90); writes tuning.md and chosen.toml.")
@@ -144,7 +152,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _data_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m simfl data",
         description="Write FEMNIST as simfl reads it (npz + sha256) from the forms "
                     "researchers have: LEAF's json shards or TFF's HDF5 files.")
@@ -171,9 +179,9 @@ def _shard(text: str) -> tuple[int, int]:
     try:
         i, n = (int(part) for part in text.split("/"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard: expected I/N, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected I/N, got {text!r}") from None
     if not 0 <= i < n:
-        raise argparse.ArgumentTypeError(f"--shard: need 0 <= I < N, got {text!r}")
+        raise argparse.ArgumentTypeError(f"need 0 <= I < N, got {text!r}")
     return i, n
 
 

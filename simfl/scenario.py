@@ -326,7 +326,7 @@ class Scenario:
     # Defaults to the file's stem; names the results folder (results/<name>), so a name
     # is one path component: no separators, not '.' or '..'.
     name: str = _f("", (lambda v: is_plain_name(v), "must be a plain name (letters, digits, "
-                        "'.', '_', '-', '=', ','; no path separators, not '.' or '..')"))
+                        "'.', '_', '-', '=', ',', '+'; no path separators, not '.' or '..')"))
     seed: int = _f(0, NON_NEGATIVE)
     data: DataConfig = _f(DataConfig)
     model: ModelConfig = _f(ModelConfig)

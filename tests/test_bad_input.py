@@ -334,6 +334,19 @@ def test_a_mistyped_command_gets_a_suggestion(capsys: pytest.CaptureFixture[str]
     assert code == 2 and "did you mean 'resume'" in err
 
 
+@pytest.mark.parametrize("args, named", [
+    (["sweep", "s.sweep.toml", "--shard", "3/2"], "--shard"),
+    (["plot"], "run_dirs"),
+    (["tiny.toml", "--bogus"], "--bogus"),
+    (["data", "femnist", "--from-leaf", "x"], "--out"),
+    (["resume"], "run_dir"),
+])
+def test_bad_arguments_are_one_line_with_exit_status_2(
+        args: list[str], named: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, _ = cli(args, capsys)
+    assert code == 2 and err.count("\n") == 1 and named in err and "--help" in err, err
+
+
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
