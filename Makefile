@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 DEMO    := scenarios/demo_synthetic.toml
 
-.PHONY: run test lint bench clean
+.PHONY: run test bench clean
 
 $(BIN)/simfl-installed: pyproject.toml
 	$(PY) -m venv $(VENV)

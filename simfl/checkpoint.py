@@ -17,9 +17,9 @@ is restored and the run goes on live. Every random draw is keyed by purpose, rou
 and client (:mod:`simfl.rng`) and the population is rebuilt from the seed, so the
 replayed engine takes exactly the decisions it took the first time, stragglers and
 shared links included; nothing else (RNG state, clock, availability, pending work)
-needs saving, and a replay costs the engine's time only (about 10 ms a round). The
-replay must meet the checkpoint's simulated time exactly, or the run stops with a
-:class:`ReplayError`.
+needs saving, and a replay costs the engine's time only (about 5 ms a round in
+bench/population_scale.py's scenarios). The replay must meet the checkpoint's
+simulated time exactly, or the run stops with a :class:`ReplayError`.
 
 ``run_dir/checkpoint/`` holds ``state.pt`` (rounds done, simulated time, the run's
 wall-clock seconds so far, learner state, the Parquet parts committed, the journal's
