@@ -2,6 +2,7 @@
 
     python bench/archive_runs.py scenarios/paper/linear.sweep.toml [--to docs/runs]
     python bench/archive_runs.py scenarios/paper/linear_afl.tune.toml   # a tuning file too
+    python bench/archive_runs.py scenarios/study/drivers.sweep.toml --whole-eval
 
 A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs
 of one table take longer than a work session, and ``results/`` does not outlive the
@@ -11,8 +12,13 @@ versions, wall time, summary), ``eval.parquet`` cut to the final evaluation roun
 (one row per device and split), ``eval_rounds.parquet``, every evaluation round's mean
 and 90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the
 final read moves from one evaluation to the next), and, whole, the small per-round
-tables ``rounds.parquet`` and ``bias.parquet``: tens of KB per run. That directory has the
-layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
+tables ``rounds.parquet`` and ``bias.parquet``, and ``comm_by_round.parquet``, the
+run's messages summed by round, direction and kind (columns ``round``, ``direction``,
+``kind``, ``messages``, ``bytes``: each kind's traffic, the threshold protocol's too,
+without a row per message): tens of KB per run. ``--whole-eval`` keeps ``eval.parquet``
+whole instead, every evaluation round (for a small population whose study figures read
+every evaluation, e.g. the drivers study's p90 against cumulative bytes). That directory
+has the layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
 after ``results``), ``python -m simfl sweep --archived docs/runs`` and ``python -m
 simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
 collect --results docs/runs`` read it as a run. A run
@@ -48,7 +54,15 @@ def _is_tuning(path: str) -> bool:
         return "criterion" in tomllib.load(f)
 
 
-def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
+def comm_by_round(comm: pl.DataFrame) -> pl.DataFrame:
+    """A run's messages summed by round, direction and kind."""
+    return (comm.group_by("round", "direction", "kind")
+            .agg(pl.len().cast(pl.Int64).alias("messages"), pl.col("bytes").sum())
+            .sort("round", "direction", "kind"))
+
+
+def archive(sweep_path: str, to: Path, results: Path = Path("results"),
+            whole_eval: bool = False) -> None:
     tuning = _is_tuning(sweep_path)
     sweep = load_tuning(Path(sweep_path), results)[0] if tuning else load_sweep(sweep_path,
                                                                                   results)
@@ -73,8 +87,10 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results")) -> None:
                       "archived copy replaced")
         dest.mkdir(parents=True, exist_ok=True)
         evals = pl.read_parquet(run.run_dir / "eval.parquet")
-        tables = {"eval": evals.filter(pl.col("round") == evals["round"].max()),
+        tables = {"eval": evals if whole_eval else evals.filter(
+                      pl.col("round") == evals["round"].max()),
                   "eval_rounds": error_by_round(evals),
+                  "comm_by_round": comm_by_round(pl.read_parquet(run.run_dir / "comm.parquet")),
                   **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE}}
         for table, frame in tables.items():  # each file whole or not at all, manifest last
             frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
@@ -96,9 +112,11 @@ def main() -> None:
     parser.add_argument("--to", type=Path, default=Path("docs/runs"))
     parser.add_argument("--results", type=Path, default=Path("results"),
                         help="where the run directories are")
+    parser.add_argument("--whole-eval", action="store_true",
+                        help="keep every evaluation round's eval.parquet, not the final one")
     args = parser.parse_args()
     for path in args.sweep:
-        archive(path, args.to, args.results)
+        archive(path, args.to, args.results, args.whole_eval)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@ estimator, the bias of η̂ and its three causes, and the realized-conformity ga
 as the mean over seeds ± the half-width of a 95 % t-interval (per run: the mean over its
 bias rounds after the burn-in, simfl.plots.study.bias_rows).
 
-    python -m simfl collect scenarios/study/bias_v2.sweep.toml
-    python bench/bias_table.py results/bias_v2 [--online] [--by-day] [--estimators a,b]
-    python bench/bias_table.py results/bias_week --pivot availability_bias
-    python bench/bias_table.py results/bias_week --pivot bias --across theta \
+    python -m simfl collect scenarios/study/bias_week.sweep.toml --results docs/runs
+    python bench/bias_table.py docs/runs/bias_week [--online] [--by-day] [--estimators a,b]
+    python bench/bias_table.py docs/runs/bias_week --pivot availability_bias
+    python bench/bias_table.py docs/runs/bias_week --pivot bias --across theta \
         --estimators cohort_exact
 
 ``--online`` adds E_online − Q_pop (sampling + availability): the bias of the estimator on
@@ -17,10 +17,26 @@ for estimators whose quality changes as the days go by, such as IPW's estimated 
 ``--pivot COLUMN`` prints one quantity (bias, sampling_bias, availability_bias,
 selection_bias, conformity_gap, online: E_online − Q_pop) with a column per estimator: one
 row per cell of the sweep; ``--across theta`` makes the columns the θ values instead (with
-``--estimators`` naming one estimator, one row per variant and cohort size). ``--rounds``
-pools each cell's bias rounds over its seeds (mean and median conformity gap, share of
-rounds with η̂ above Q_pop); ``--largest-gap REF`` prints, per estimator, the largest
-difference of a run's mean bias from estimator REF's in the same run.
+``--estimators`` naming one estimator, one row per variant and cohort size, and no
+estimator column). ``--rounds`` pools each cell's bias rounds over its seeds (mean and
+median conformity gap, share of rounds with η̂ above Q_pop); ``--largest-gap REF`` prints,
+per estimator, the largest difference of a run's mean bias from estimator REF's in the
+same run.
+
+``--paired A,B`` (repeatable: one column per pair) prints, per cell, estimator A minus
+estimator B paired within runs: per run, the mean over the bias rounds both have of A's
+quantity minus B's (the ``--pivot`` quantity, E_online − Q_pop when none is given), then
+the mean over seeds ± the half-width of the 95 % t-interval of those per-run differences.
+Shadow estimators see the same cohorts, so the pairing removes what the runs share:
+
+    python bench/bias_table.py docs/runs/bias_week --paired ipw_days,ipw \
+        --paired ipw,poststrat --digits 4
+
+``--digits N`` sets the decimals of every printed mean and half-width (default 3).
+``--cohort-sizes`` prints, per cohort size K (``clients_per_round``), how many loss reports
+the estimators saw (``cohort_size``, every round of every run), in how many rounds fewer
+than the most, and from the sweep's ``rounds.parquet`` the fewest devices a round selected
+and the longest round (``t_end_s`` − ``t_start_s``).
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from intervals import ci  # bench/intervals.py
 
@@ -52,8 +69,26 @@ def main() -> None:
                              "share of rounds with the estimate above Q_pop")
     parser.add_argument("--largest-gap", metavar="REF",
                         help="per estimator, the largest |per-run mean bias - REF's| over runs")
+    parser.add_argument("--paired", metavar="A,B", action="append",
+                        help="per cell, estimator A minus B paired within runs (the --pivot "
+                             "quantity, default online); repeat for more columns")
+    parser.add_argument("--digits", type=int, default=3, help="decimals of the printed figures")
+    parser.add_argument("--cohort-sizes", action="store_true",
+                        help="per K: loss reports the estimators saw, rounds with fewer, "
+                             "fewest selected, longest round")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
+    if args.cohort_sizes:
+        print_cohort_sizes(bias, args.sweep_dir / "rounds.parquet")
+        return
+    pairs = [tuple(p.split(",")) for p in args.paired or ()]
+    if any(len(p) != 2 for p in pairs):
+        parser.error("--paired: two estimators, A,B")
+    if args.paired and (args.estimators or args.rounds or args.largest_gap):
+        parser.error("--paired: not with --estimators, --rounds or --largest-gap")
+    unknown = sorted({e for p in pairs for e in p} - set(bias["estimator"].unique()))
+    if unknown:
+        parser.error(f"--paired: not in {args.sweep_dir}: {', '.join(unknown)}")
     if args.estimators:
         names = args.estimators.split(",")
         unknown = sorted(set(names) - set(bias["estimator"].unique()))
@@ -73,11 +108,17 @@ def main() -> None:
     if args.largest_gap:
         print_largest_gap(rows, args.largest_gap)
         return
+    if pairs:
+        print_paired(rows, [k for k in keys if k != "estimator"], pairs,
+                     args.pivot or "online", args.digits)
+        return
     per_run = rows.group_by(*keys, "seed").agg(pl.col(c).mean() for c in columns)
     if args.pivot:
         if args.across not in keys:
             parser.error(f"--across: not an axis of {args.sweep_dir}: {args.across}")
-        print_pivot(per_run, [k for k in keys if k != args.across], args.across, args.pivot)
+        cell = [k for k in keys if k != args.across  # one estimator: no column for it
+                and (k != "estimator" or per_run[k].n_unique() > 1)]
+        print_pivot(per_run, cell, args.across, args.pivot, args.digits)
         return
     print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
                             "conformity − θ"] + ["E_online − Q_pop"] * args.online) + " |")
@@ -85,7 +126,8 @@ def main() -> None:
     for group in per_run.sort(*keys).partition_by(*keys, maintain_order=True):
         row = group.row(0, named=True)
         cells = [str(row[k]) for k in keys] + [str(group.height)]
-        print("| " + " | ".join(cells + [ci(group[c].to_numpy()) for c in columns]) + " |")
+        print("| " + " | ".join(cells + [ci(group[c].to_numpy(), args.digits)
+                                          for c in columns]) + " |")
 
 
 def print_rounds(rows: pl.DataFrame, keys: list[str]) -> None:
@@ -117,7 +159,67 @@ def print_largest_gap(rows: pl.DataFrame, reference: str) -> None:
               f"{row['runs']} runs = {row['gap']:.5f}")
 
 
-def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str) -> None:
+def print_cohort_sizes(bias: pl.DataFrame, rounds_file: Path) -> None:
+    """Per cohort size: the loss reports behind η̂ in every round (the driver's row), the
+    rounds with fewer than the most, and (rounds.parquet) the fewest selected, the longest
+    round."""
+    key = "clients_per_round" if "clients_per_round" in bias.columns else None
+    by = [pl.col(key)] if key else [pl.lit("all").alias("clients_per_round")]
+    sizes = bias.filter(pl.col("driver")).group_by(by).agg(
+        pl.len().alias("rounds"), pl.col("cohort_size").max().alias("most"),
+        pl.col("cohort_size").min().alias("fewest"),
+        (pl.col("cohort_size") < pl.col("cohort_size").max()).sum().alias("fewer"))
+    if rounds_file.exists():
+        rounds = pl.read_parquet(rounds_file)
+        if key is None or key not in rounds.columns:
+            rounds = rounds.with_columns(pl.lit("all").alias("clients_per_round"))
+        sizes = sizes.join(rounds.group_by("clients_per_round").agg(
+            pl.col("num_selected").min().alias("selected"),
+            (pl.col("t_end_s") - pl.col("t_start_s")).max().alias("longest")),
+            on="clients_per_round", how="left")
+    print("| clients_per_round | rounds | loss reports (most) | fewest | rounds with fewer | "
+          "% of rounds | fewest selected | longest round (s) |")
+    print("|" + "---|" * 8)
+    for row in sizes.sort("clients_per_round").iter_rows(named=True):
+        selected, longest = row.get("selected"), row.get("longest")
+        print(f"| {row['clients_per_round']} | {row['rounds']} | {row['most']} | "
+              f"{row['fewest']} | {row['fewer']} | {100 * row['fewer'] / row['rounds']:.3f} | "
+              f"{'' if selected is None else selected} | "
+              f"{'' if longest is None else f'{longest:.1f}'} |")
+
+
+def paired_runs(rows: pl.DataFrame, cell: list[str], a: str, b: str,
+                column: str) -> pl.DataFrame:
+    """Per run (with its cell and seed): the mean over the bias rounds that both estimators
+    have of ``column`` of estimator ``a`` minus that of ``b`` (column ``diff``)."""
+    left = rows.filter(pl.col("estimator") == a).select(
+        *cell, "seed", "run_id", "round", pl.col(column).alias("a"))
+    right = rows.filter(pl.col("estimator") == b).select(
+        "run_id", "round", pl.col(column).alias("b"))
+    return left.join(right, on=["run_id", "round"]).group_by(*cell, "seed", "run_id").agg(
+        (pl.col("a") - pl.col("b")).mean().alias("diff"))
+
+
+def print_paired(rows: pl.DataFrame, cell: list[str], pairs: list[tuple[str, ...]],
+                 column: str, digits: int) -> None:
+    """One row per cell (its seeds: the fewest any pair has), a column per pair A,B: the
+    mean over seeds ± 95 % t half-width of the per-run differences A − B."""
+    runs = []
+    for a, b in pairs:
+        diff = paired_runs(rows, cell, a, b, column)
+        runs.append({tuple(key): group["diff"].to_numpy() for key, group in
+                     diff.partition_by(cell, as_dict=True).items()} if cell
+                    else {(): diff["diff"].to_numpy()})
+    print("| " + " | ".join([*cell, "seeds", *(f"{a} − {b}" for a, b in pairs)]) + " |")
+    print("|" + "---|" * (len(cell) + 1 + len(pairs)))
+    for key in sorted(set().union(*runs)):
+        diffs = [by.get(key, np.array([])) for by in runs]
+        print("| " + " | ".join([*map(str, key), str(min(len(d) for d in diffs)),
+                                *(ci(d, digits) if len(d) else "" for d in diffs)]) + " |")
+
+
+def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str,
+                digits: int = 3) -> None:
     """One row per cell (its seeds: the fewest any column has), a column per value of
     ``across`` (the estimators, or a sweep axis such as θ, in descending order)."""
     values = sorted(per_run[across].unique(), reverse=across != "estimator")
@@ -129,7 +231,7 @@ def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str
         by = {v: g[column].to_numpy()
               for (v,), g in group.partition_by(across, as_dict=True).items()}
         seeds = min(len(v) for v in by.values())
-        cells = [ci(by[v]) if v in by else "" for v in values]
+        cells = [ci(by[v], digits) if v in by else "" for v in values]
         print("| " + " | ".join([*(str(row[k]) for k in cell), str(seeds), *cells]) + " |")
 
 

@@ -5,6 +5,8 @@ half-width of a 95 % t-interval, and which drivers are on the Pareto front of fi
 
     python -m simfl collect scenarios/study/drivers.sweep.toml
     python bench/drivers_table.py results/drivers [--figure OUT.png] [--versus fedavg]
+    python -m simfl collect scenarios/study/drivers.sweep.toml --results docs/runs
+    python bench/drivers_table.py docs/runs/drivers ...   # the kept runs (archive_runs.py)
 
 ``--versus V`` adds each driver minus V on the same seed (a seed fixes the population, its
 availability and the initial model): the mean paired difference in final test mean and p90
@@ -25,6 +27,13 @@ from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
 SECURE_KINDS = ("quantile_protocol", "secagg")
 
 
+def comm_file(run_dir: Path) -> Path:
+    """A run's messages: ``comm.parquet``, or in a kept copy (bench/archive_runs.py) the
+    same summed by round, direction and kind."""
+    whole = run_dir / "comm.parquet"
+    return whole if whole.is_file() else run_dir / "comm_by_round.parquet"
+
+
 def per_run(sweep_dir: Path) -> pl.DataFrame:
     """One row per run: variant, seed, final test mean / p90 error, GB in all and in the
     threshold protocol, mean round duration (s), updates aggregated per round."""
@@ -38,7 +47,7 @@ def per_run(sweep_dir: Path) -> pl.DataFrame:
         round_s=(pl.col("t_end_s") - pl.col("t_start_s")).mean(),
         aggregated=pl.col("num_aggregated").mean())
     secure = pl.DataFrame([  # comm.parquet is not collected: read each run's own
-        {"run_id": run_id, "secure_gb": pl.scan_parquet(sweep_dir / run_id / "comm.parquet")
+        {"run_id": run_id, "secure_gb": pl.scan_parquet(comm_file(sweep_dir / run_id))
          .filter(pl.col("kind").is_in(SECURE_KINDS)).select(pl.col("bytes").sum())
          .collect().item() / 1e9} for run_id in rounds["run_id"]])
     return (rounds.join(errors, on="run_id").join(secure, on="run_id", how="left")

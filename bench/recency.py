@@ -9,10 +9,11 @@ selection terms; the availability term is E_online − E_all, the estimator's me
 random cohorts of the devices online when the round opened minus its mean on random
 cohorts of all training devices, both on the population's losses F_k(w_t). Regions
 drawn at random make who is online independent of the data, yet at θ = 0.1 the term is
-negative (−0.020 ± 0.011, theta_v2). The candidate cause tested here is *exposure*:
-cohorts are drawn from the online devices and sessions last about an hour while rounds
-open every 10 minutes, so a device online now has usually been online, sampled and
-perhaps trained on earlier in its session; the devices that just came online have not.
+negative (the full design's −0.018 to −0.022 at K = 10-100, docs/bias.md). The candidate
+cause tested here is *exposure*: cohorts are drawn from the online devices and sessions
+last about an hour while rounds open every 10 minutes, so a device online now has
+usually been online, sampled and perhaps trained on earlier in its session; the devices
+that just came online have not.
 
 The run is by default the study's cell (scenarios/diurnal_emnist.toml, all FEMNIST
 training writers, K = 50, 150 rounds, ``cohort_exact`` driving, the population's losses

@@ -135,6 +135,20 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
         summary = pl.read_parquet(kept_run.run_dir / "eval_rounds.parquet")
         assert summary.equals(error_by_round(pl.read_parquet(run.run_dir / "eval.parquet")))
         assert summary["round"].n_unique() > 1
+        # every message's bytes, summed by round, direction and kind
+        comm = pl.read_parquet(run.run_dir / "comm.parquet")
+        summed = pl.read_parquet(kept_run.run_dir / "comm_by_round.parquet")
+        assert summed["messages"].sum() == comm.height
+        for kind in set(comm["kind"]):
+            assert (summed.filter(pl.col("kind") == kind)["bytes"].sum()
+                    == comm.filter(pl.col("kind") == kind)["bytes"].sum() > 0)
+    # --whole-eval keeps every evaluation round
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(path),
+                    "--to", str(tmp_path / "whole"), "--results", str(tmp_path / "results"),
+                    "--whole-eval"], check=True, capture_output=True)
+    for run in sweep.runs:
+        whole = tmp_path / "whole" / sweep.name / run.run_id / "eval.parquet"
+        assert pl.read_parquet(whole).equals(pl.read_parquet(run.run_dir / "eval.parquet"))
     # archived again: the same runs are left alone, a re-run (another manifest) is replaced
     stamps = {f: f.stat().st_mtime_ns for f in kept.out_dir.rglob("*.parquet")}
     rerun = sweep.runs[1].run_dir / "manifest.json"

@@ -11,16 +11,27 @@ On bias rounds the bias η̂ − Q_pop of each estimator is decomposed by cause,
 
 E_all the estimator's expected η̂ on a uniformly random cohort of the same size
 from *all* training devices (the cohort's size and the quantile's
-discreteness), E_online the same from the devices online when the round opened
-(who is available at that hour, and what the run did to those devices earlier in
-their sessions: they were sampled, and some trained on, in the rounds before;
-bench/recency.py separates the two, docs/bias.md), and η̂ the estimate on the
-cohort that actually reported (over-selection keeping the first to finish,
-deadlines, dropouts; in async mode staleness too). The expectations are
-Monte-Carlo means over ``decomposition_draws`` cohorts, on the population's losses
-under the same model, with the estimator's state at this round (a copy: the draws never
-advance it). The three terms add up to the bias by construction; their sizes
-say which cause dominates.
+discreteness), E_online the same from all the devices online when the round
+opened (who is available at that hour, and what the run did to those devices
+earlier in their sessions: they were sampled, and some trained on, in the rounds
+before; bench/recency.py separates the two, docs/bias.md), and η̂ the estimate on
+the cohort the round actually drew. In a synchronous round that cohort is every
+selected device whose loss report arrived before the deadline:
+⌈clients_per_round × (1 + over_selection)⌉ devices drawn among the online ones not
+busy with an earlier task, less those that went offline, failed or missed the
+deadline before reporting (simfl.sim.server._loss_reports). Over-selection's
+first-to-finish cut comes after the threshold and only decides which kept
+devices' updates are aggregated (_FirstArrivals), so it is not in the selection
+term. That term is one drawn cohort against the Monte-Carlo mean over random
+cohorts of the online devices, plus the busy devices (the E_online draws include
+them) and the reports lost before the threshold; in async mode the cohort is the
+buffered arrivals, so which tasks arrived and their staleness enter too. The
+expectations are Monte-Carlo means over ``decomposition_draws`` cohorts, on the
+population's losses under the same model, with the estimator's state at this
+round (a copy: the draws never advance it). The three terms add up to the bias
+by construction; their sizes say which cause dominates. For ``tracking``, which
+returns the η it carries whatever the cohort, E_all = E_online = η̂: its whole
+bias is the sampling term.
 """
 
 from __future__ import annotations
