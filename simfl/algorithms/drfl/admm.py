@@ -16,7 +16,8 @@ and multipliers (y1_s, y2_s, y3). One iteration:
    theta||.||_{p*}, i.e. the identity minus the projection onto an ℓp ball;
 2. clients in parallel: C_s, a small convex program on the client's own data (cvxpy),
    with a proximal term mu/2||u - u^k||^2; optionally over a random subset of its samples
-   (the paper's approximation: the other alpha_si stay at their last values);
+   (a variant of the paper's, which replaces I_s by the subset: here the mean runs over all
+   N_s samples with the other alpha_si at their last values);
 3. multipliers: y += beta·(constraint residual).
 
 Client s downloads w - y1_s/beta and t_s - y2_s/beta (D + 1 numbers) and uploads w_s and

@@ -9,8 +9,9 @@
   and projected ascent of the client weights q; full participation (three clients) so the
   q-weighted average replaces sampling clients with probability q.
 
-ERM, AFL and WAFL are solved to optimality as one convex program: the point their
-federated algorithms converge to.
+ERM, AFL and WAFL are solved to optimality as one convex program: the point ERM's and
+AFL's federated algorithms converge to; WAFL's runs on its penalised surrogate, whose
+solution is not the constrained ball's optimum in general.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """Linear models, their losses, and the Wasserstein worst-case risk of one client.
 
 A linear model is ``theta = (w, b)`` with ``w`` in R^d and bias ``b``; ``design(x)`` appends
-the constant feature, so scores are ``design(x) @ theta``. The transport cost on samples
+the constant feature, so scores are ``design(x) @ theta`` (DRFL's model is <w, x> with no
+intercept: the bias is simfl's addition, for every method). The transport cost on samples
 xi = (x, y) is ``||x - x'||_1 + kappa·1[y != y']`` for classification (label flips cost
 kappa) and ``||x - x'||_1 + kappa·|y - y'|`` for regression; the bias is not perturbed.
 
 For a loss with Lipschitz constant L, the worst case over the 1-Wasserstein ball of radius
 rho around the empirical distribution of (x_i, y_i), i = 1..N, is (Shafieezadeh-Abadeh,
 Kuhn, Mohajerin Esfahani 2019, "Regularization via Mass Transportation", JMLR 20:
-Lipschitz losses, classification with label flips and regression; DRFL's Propositions
-6.3 / 6.4 for the SVM and Huber regression)
+Lipschitz losses, classification with label flips and regression; DRFL's Corollaries B.1
+for Huber regression (Xi = R^{n+1}, its cost without kappa, i.e. kappa = 1), B.4 with no
+support constraint for the hinge loss and B.6 for the logistic loss)
 
     classification:  min_{lam >= L||w||_inf}  lam·rho + mean_i max(phi(m_i), phi(-m_i) - lam·kappa)
     regression:      min_{lam >= L max(||w||_inf, 1/kappa)}  lam·rho + mean_i ell(r_i)

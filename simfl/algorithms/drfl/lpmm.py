@@ -12,8 +12,8 @@ One iteration with step c > 0 (Algorithm 1, lines 4-17): the server updates w (6
 t (8) from the previous iterates, then η (9) and γ (10) from the new t, z; each client
 solves C_s — argmin over Ω_s of ζ_s v_s − ψ_s'ŵ_s + c/2 ||w − ŵ_s||² + c/2 (v_s − z_s)²,
 v_s = ρ_s λ_s + mean(α_s) — with a convex solver; then the multipliers ascend by c times
-the residuals. The π of equation (7) is read as the vector of the clients' v_s (the
-paper does not define it; it is the only term of the augmented Lagrangian (7) can need).
+the residuals. The π of equation (7) is the vector of the clients' v_s: the paper defines
+π_s = ρ_s λ_s + (1/N_s) e'α_s in Appendix E.1 (the term c/2 ||z − π||² of the first block).
 
 simfl's other ADMM (admm.py) linearises differently (Gershgorin steps, a client proximal
 term μ); bench/drfl_algorithms.py compares the two on the same problems.

@@ -8,8 +8,9 @@ over distributions within Wasserstein distance rho_s of its empirical one:
 
 Dualising the inner max over q (multiplier eta for sum q = 1, gamma >= 0 for q >= 0, and
 Hölder's inequality on the ball) and writing R_s with its multiplier lam_s and epigraph
-variables alpha_s gives the problem (4) that the ADMM splits (our derivation of DRFL's
-Theorem 4.3; the paper's exact variable scaling may differ):
+variables alpha_s gives the problem (4) that the ADMM splits (our derivation; it is the
+paper's problem (5), the split form of its Theorem 4.3, with the variables renamed: our
+t, z, eta, gamma are the paper's z, t, -gamma, eta):
 
     min  eta + q_hat' z + theta ||z||_{p*}
     s.t. z = t - eta 1 + gamma,  gamma >= 0,
