@@ -32,6 +32,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise InputError(f"{self.prog}: {message} ({self.prog} --help shows the usage)")
 
+
 def _run_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m simfl", description="Run a scenario.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
@@ -54,7 +55,7 @@ def _resume_parser() -> argparse.ArgumentParser:
 
 def _plot_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m simfl plot",
-                                     description="Figures from a run's Parquet tables.")
+                     description="Figures from a run's Parquet tables.")
     parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories")
     parser.add_argument("--compare", type=Path,
                         help="also overlay the runs' tail error vs communication in this PNG")
