@@ -1,7 +1,8 @@
 """How well do IPW's estimated online rates correct who is online? No training, only the
 population's availability.
 
-    SIMFL_DATA_DIR=../shared/data python bench/ipw_rates.py [--days 7] [--strength 1.0]
+    SIMFL_DATA_DIR=../shared/data python bench/ipw_rates.py [--days 7] [--strength 1.0] \
+        [--seeds 0 1 2]
 
 The estimation study's cell (scenarios/diurnal_emnist.toml: all FEMNIST training
 writers, six regions sorted by the writers' share of digits at the given covariate
@@ -18,10 +19,12 @@ weighting implies every region's share of the population:
   with ``earlier_days=True``), so that a device's check-ins earlier in today's session
   do not count.
 
-Printed per simulated day: the mean over its rounds of the total-variation distance
-between the implied region shares and the population's (0 for a perfect correction),
-of the implied mean covariate minus the population's, and, for the two estimates, the
-mean of π̂ / π over the online devices.
+Printed per seed and simulated day: the mean over its rounds of the total-variation
+distance between the implied region shares and the population's (0 for a perfect
+correction), of the implied mean covariate minus the population's, and, for the two
+estimates, the mean of π̂ / π over the online devices. With more than one seed, then
+docs/bias.md's table: the distances and ratios, each cell the seeds' values joined by
+" / " (tests/test_ipw_rates.py checks that the page holds it).
 """
 
 from __future__ import annotations
@@ -42,16 +45,22 @@ DAY_S = 86400.0
 ROUND_S = 600.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--days", type=int, default=7)
-    parser.add_argument("--strength", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+NAMES = ("unweighted", "known", "ipw", "earlier_days")
+ESTIMATES = ("ipw", "earlier_days")
+# docs/bias.md's names for the weightings: simfl's estimators (ipw_known, ipw, ipw_days).
+DOC_NAMES = {"unweighted": "unweighted", "known": "true rates (`ipw_known`)", "ipw": "`ipw`",
+             "earlier_days": "`ipw_days`"}
+
+
+Day = dict[str, dict[str, float]]
+
+
+def daily(seed: int, days: int, strength: float) -> tuple[str, list[Day]]:
+    """The population in words, and per simulated day the means over its openings:
+    ``tv`` and ``gap`` per weighting, ``ratio`` (π̂ / π) per estimate."""
     scenario = load_scenario("scenarios/diurnal_emnist.toml", [
-        f"seed={args.seed}", 'population.region_assignment="covariate"',
-        'population.covariate="digit_share"',
-        f"population.covariate_strength={args.strength}"])
+        f"seed={seed}", 'population.region_assignment="covariate"',
+        'population.covariate="digit_share"', f"population.covariate_strength={strength}"])
     streams = Streams(scenario.seed)
     data = load_data(scenario.data, streams)
     cfg = scenario.population
@@ -67,17 +76,11 @@ def main() -> None:
     pop_cov = float(covariate.mean())
     estimates = {"ipw": CheckIns(len(region), 1.0),
                  "earlier_days": CheckIns(len(region), 1.0, earlier_days=True)}
-    names = ["unweighted", "known", *estimates]
-    print(f"{len(region)} training devices, {num_regions} regions, covariate strength "
-          f"{args.strength}, a round every {ROUND_S:.0f} s, seed {args.seed}")
-    print("| day | " + " | ".join(f"TV {n}" for n in names) + " | "
-          + " | ".join(f"covariate gap {n}" for n in names) + " | "
-          + " | ".join(f"π̂/π {n}" for n in estimates) + " |")
-    print("|---" * (1 + 2 * len(names) + len(estimates)) + "|")
-    for day in range(args.days):
-        tv: dict[str, list[float]] = {n: [] for n in names}
-        gap: dict[str, list[float]] = {n: [] for n in names}
-        ratio: dict[str, list[float]] = {n: [] for n in estimates}
+    table: list[Day] = []
+    for day in range(days):
+        tv: dict[str, list[float]] = {n: [] for n in NAMES}
+        gap: dict[str, list[float]] = {n: [] for n in NAMES}
+        ratio: dict[str, list[float]] = {n: [] for n in ESTIMATES}
         for t in np.arange(day * DAY_S, (day + 1) * DAY_S, ROUND_S):
             online = population.availability.online_devices(float(t))
             if online.size == 0:
@@ -93,9 +96,53 @@ def main() -> None:
                 share = np.bincount(region[online], weights=w, minlength=num_regions) / w.sum()
                 tv[name].append(0.5 * float(np.abs(share - pop_share).sum()))
                 gap[name].append(float(np.average(covariate[online], weights=w)) - pop_cov)
-        print(f"| {day + 1} | " + " | ".join(f"{np.mean(tv[n]):.3f}" for n in names) + " | "
-              + " | ".join(f"{np.mean(gap[n]):+.4f}" for n in names) + " | "
-              + " | ".join(f"{np.mean(ratio[n]):.2f}" for n in estimates) + " |")
+        table.append({"tv": {n: float(np.mean(v)) for n, v in tv.items()},
+                      "gap": {n: float(np.mean(v)) for n, v in gap.items()},
+                      "ratio": {n: float(np.mean(v)) for n, v in ratio.items()}})
+    return f"{len(region)} training devices, {num_regions} regions", table
+
+
+def seed_table(population: str, seed: int, strength: float, table: list[Day]) -> str:
+    lines = [f"{population}, covariate strength {strength}, a round every "
+             f"{ROUND_S:.0f} s, seed {seed}",
+             "| day | " + " | ".join(f"TV {n}" for n in NAMES) + " | "
+             + " | ".join(f"covariate gap {n}" for n in NAMES) + " | "
+             + " | ".join(f"π̂/π {n}" for n in ESTIMATES) + " |",
+             "|---" * (1 + 2 * len(NAMES) + len(ESTIMATES)) + "|"]
+    for day, row in enumerate(table, start=1):
+        lines.append(f"| {day} | " + " | ".join(f"{row['tv'][n]:.3f}" for n in NAMES) + " | "
+                     + " | ".join(f"{row['gap'][n]:+.4f}" for n in NAMES) + " | "
+                     + " | ".join(f"{row['ratio'][n]:.2f}" for n in ESTIMATES) + " |")
+    return "\n".join(lines)
+
+
+def doc_table(tables: list[list[Day]]) -> str:
+    """docs/bias.md's table: per day, each cell the seeds' values joined by " / "."""
+    lines = ["| day | " + " | ".join(f"TV {DOC_NAMES[n]}" for n in NAMES) + " | "
+             + " | ".join(f"π̂ / π {DOC_NAMES[n]}" for n in ESTIMATES) + " |",
+             "|---" * (1 + len(NAMES) + len(ESTIMATES)) + "|"]
+    for day in range(len(tables[0])):
+        rows = [table[day] for table in tables]
+        cells = [" / ".join(f"{row['tv'][n]:.3f}" for row in rows) for n in NAMES]
+        cells += [" / ".join(f"{row['ratio'][n]:.2f}" for row in rows) for n in ESTIMATES]
+        lines.append(f"| {day + 1} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--strength", type=float, default=1.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    args = parser.parse_args()
+    tables = []
+    for seed in args.seeds:
+        population, table = daily(seed, args.days, args.strength)
+        tables.append(table)
+        print(seed_table(population, seed, args.strength, table) + "\n", flush=True)
+    if len(tables) > 1:
+        print(f"seeds {' / '.join(map(str, args.seeds))}:")
+        print(doc_table(tables))
 
 
 if __name__ == "__main__":

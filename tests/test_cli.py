@@ -76,6 +76,25 @@ def test_same_seed_same_files_other_seed_differs(tmp_path: Path) -> None:
     assert (a / "eval.parquet").read_bytes() != (c / "eval.parquet").read_bytes()
 
 
+def test_the_evaluation_cadence_does_not_change_training(tmp_path: Path) -> None:
+    # Evaluating reads the model and writes eval rows only, so two ConvNet runs of
+    # docs/reproduction.md could evaluate every 100 rounds, not 10, and keep the table's
+    # final cells: same rounds, cohorts, messages and final evaluation, bit for bit.
+    every3 = run(tmp_path, "every3")
+    scenario = tmp_path / "every3.toml"
+    every1 = tmp_path / "results" / "every1"
+    assert main([str(scenario), "--set", "eval.every=1", "--out", str(every1), "--quiet"]) == 0
+    for table in ("rounds", "clients", "comm"):
+        assert (every3 / f"{table}.parquet").read_bytes() == (
+            every1 / f"{table}.parquet").read_bytes()
+    sparse, dense = (pl.read_parquet(d / "eval.parquet") for d in (every3, every1))
+    assert dense["round"].unique().sort().to_list() == list(range(7))
+    assert sparse.equals(dense.filter(pl.col("round").is_in([0, 3, 6])))
+    summaries = [json.loads((d / "manifest.json").read_text())["summary"]
+                 for d in (every3, every1)]
+    assert summaries[0] == summaries[1]
+
+
 def test_deltafl_theta_one_reproduces_fedavg(tmp_path: Path) -> None:
     delta = pl.read_parquet(run(tmp_path, "d", aggregator="deltafl", theta=1.0) / "eval.parquet")
     avg = pl.read_parquet(run(tmp_path, "f", aggregator="fedavg") / "eval.parquet")

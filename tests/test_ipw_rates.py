@@ -1,0 +1,37 @@
+"""bench/ipw_rates.py: docs/bias.md's table of IPW's online rates is what the script prints
+(no training, so a seed prints the same table on every machine), and the joined table is
+the per-seed tables' cells."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.bench_scripts import bench_module
+from tests.conftest import requires_data
+
+ROOT = Path(__file__).parents[1]
+
+
+def day(tv: float, ratio: float) -> dict[str, dict[str, float]]:
+    return {"tv": {n: tv for n in ("unweighted", "known", "ipw", "earlier_days")},
+            "gap": {}, "ratio": {"ipw": ratio, "earlier_days": ratio / 2}}
+
+
+def test_the_joined_table_puts_each_seeds_value_in_its_place() -> None:
+    table = bench_module("ipw_rates").doc_table([[day(0.1234, 3.0)], [day(0.2, 1.254)]])
+    assert table.splitlines()[2] == ("| 1 | 0.123 / 0.200 | 0.123 / 0.200 | 0.123 / 0.200 | "
+                                     "0.123 / 0.200 | 3.00 / 1.25 | 1.50 / 0.63 |")
+
+
+@requires_data
+def test_the_table_in_bias_md_is_what_the_script_prints() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ipw_rates.py"), "--days", "7",
+                          "--strength", "1", "--seeds", "0", "1", "2"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    joined = out.split("seeds 0 / 1 / 2:\n")[1].splitlines()
+    assert len(joined) == 2 + 7
+    page = (ROOT / "docs" / "bias.md").read_text().splitlines()
+    for line in joined:
+        assert line in page, f"not in docs/bias.md: {line}"
