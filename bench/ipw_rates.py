@@ -43,15 +43,11 @@ from simfl.scenario import load_scenario
 
 DAY_S = 86400.0
 ROUND_S = 600.0
-
-
-NAMES = ("unweighted", "known", "ipw", "earlier_days")
 ESTIMATES = ("ipw", "earlier_days")
+NAMES = ("unweighted", "known", *ESTIMATES)
 # docs/bias.md's names for the weightings: simfl's estimators (ipw_known, ipw, ipw_days).
 DOC_NAMES = {"unweighted": "unweighted", "known": "true rates (`ipw_known`)", "ipw": "`ipw`",
              "earlier_days": "`ipw_days`"}
-
-
 Day = dict[str, dict[str, float]]
 
 
@@ -74,8 +70,8 @@ def daily(seed: int, days: int, strength: float) -> tuple[str, list[Day]]:
     num_regions = int(region.max()) + 1
     pop_share = np.bincount(region, minlength=num_regions) / len(region)
     pop_cov = float(covariate.mean())
-    estimates = {"ipw": CheckIns(len(region), 1.0),
-                 "earlier_days": CheckIns(len(region), 1.0, earlier_days=True)}
+    estimates = {name: CheckIns(len(region), 1.0, earlier_days=name == "earlier_days")
+                 for name in ESTIMATES}
     table: list[Day] = []
     for day in range(days):
         tv: dict[str, list[float]] = {n: [] for n in NAMES}
