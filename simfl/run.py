@@ -171,7 +171,8 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
         _check_inputs(run_dir, manifest, _inputs(scenario, built))
         with run_lock(run_dir):
             checkpoint = load_checkpoint(run_dir, built.device)
-            manifest.pop("reason", None)
+            for ended in ("reason", "health"):  # the last session's; a running run has none
+                manifest.pop(ended, None)
             manifest.setdefault("resumes", []).append(  # a session may run on another machine
                 {"from_round": checkpoint.rounds_done if checkpoint else 0,
                  "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **_machine(built.device)})

@@ -336,6 +336,25 @@ def test_sigint_finishes_the_round_checkpoints_and_resumes_to_the_same_files(
     assert_same_files(out, baseline)
 
 
+def test_a_resumed_run_is_running_without_the_last_sessions_ending(
+        interrupted: Path, copy_of: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert {"reason", "health"} <= manifest(interrupted).keys()
+    out = copy_of(interrupted)
+    simulate, seen = simfl.run._simulate, []
+
+    def looking(*args: Any, **kwargs: Any) -> Any:
+        seen.append(manifest(out))  # as the resumed session begins to run
+        return simulate(*args, **kwargs)
+
+    monkeypatch.setattr(simfl.run, "_simulate", looking)
+    assert resume(out) == 0
+    (running,) = seen
+    assert running["status"] == "running"
+    assert "reason" not in running and "health" not in running
+    assert manifest(out)["health"]["rounds"] == manifest(interrupted)["scenario"]["server"][
+        "num_rounds"]
+
+
 def test_a_run_does_not_resume_where_its_device_speeds_would_come_from_elsewhere(
         interrupted: Path, copy_of: Any, capsys: pytest.CaptureFixture[str]) -> None:
     out = copy_of(interrupted)

@@ -344,9 +344,11 @@ def _record_tasks(wiring: Wiring, learner: AsyncLearnerLike, tasks: list[_Task],
     if tasks:
         wiring.recorder.write(comm_rows(r, [m for t in tasks for m in t.log.messages]))
         untrained = np.array([not t.trained for t in tasks], dtype=bool)
+        # the loss goes up with the update: a task dropped on the way reported none
+        reported = np.array([t.trained and t.status != "dropped" for t in tasks], dtype=bool)
         wiring.recorder.write(client_rows(r, Outcomes(
             np.array([t.device for t in tasks], dtype=np.int64), [t.status for t in tasks],
-            np.array([t.loss for t in tasks]), ~(untrained | (not learner.needs_losses)),
+            np.array([t.loss for t in tasks]), reported & learner.needs_losses,
             np.array([t.train_loss for t in tasks]), ~untrained,
             np.array([t.log.bytes("down") for t in tasks], dtype=np.int64),
             np.array([t.log.bytes("up") for t in tasks], dtype=np.int64),

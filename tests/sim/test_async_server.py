@@ -374,6 +374,13 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(
     clients = pl.read_parquet(baseline / "clients.parquet")
     # the scenario does what it is for: stale updates, filtered ones, dropouts, late ones
     assert {"aggregated", "filtered", "dropped", "late"} <= set(clients["status"].unique())
+    # a task dropped during its upload trained (train_loss), but its loss, which goes up
+    # with the update, never reached the server
+    dropped = clients.filter(pl.col("status") == "dropped")
+    assert dropped["train_loss"].null_count() < dropped.height
+    assert dropped["loss_reported"].null_count() == dropped.height
+    arrived = clients.filter(pl.col("status").is_in(["aggregated", "filtered"]))
+    assert arrived["loss_reported"].null_count() == 0
     assert clients["staleness"].to_numpy().max() > 0
     assert pl.read_parquet(baseline / "rounds.parquet").height == 9  # server updates
     # a device starts at most one task from each model version
