@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -72,6 +73,8 @@ from simfl.train.local import LocalWork
 MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.cohort)
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
 
+
+MAX_AVAILABILITY_HOURS = 1_000_000  # availability.parquet: at most this many rows a region
 
 # What a run directory holds, all written by simfl: only these are ever deleted, by
 # --overwrite (records.Layout).
@@ -162,8 +165,13 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
     if manifest.get("status") == "complete":
         raise InputError(f"{run_dir}: the run is already complete")
-    if not isinstance(manifest.get("scenario"), dict):
-        raise InputError(f"{run_dir / 'manifest.json'}: holds no scenario")
+    if not _is_run_manifest(manifest):
+        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json); nothing "
+                         f"to resume")
+    foreign = foreign_entry(run_dir, RUN_LAYOUT)
+    if foreign is not None:  # resuming rewrites the run's tables around it
+        raise InputError(f"{run_dir}: holds {str(foreign.relative_to(run_dir))!r}, which "
+                         f"simfl did not write; move it out before resuming")
     scenario = from_dict(manifest["scenario"], source=str(run_dir / "manifest.json"))
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
@@ -314,8 +322,12 @@ def write_availability_trace(scenario: Scenario, out: Path) -> int:
 
 def _record_availability(population: Population, recorder: Recorder, run_dir: Path,
                          scenario: Scenario, end_s: float) -> None:
-    """Online devices per region at the start of every simulated hour of the run."""
-    hours = np.arange(0.0, min(end_s, population.availability.horizon_s) + 1.0, 3600.0)
+    """Online devices per region at the start of every simulated hour of the run, or of
+    every k-th hour, the least k that keeps to MAX_AVAILABILITY_HOURS rows per region
+    (a run whose clock went that far, centuries, has implausible times or rates)."""
+    span_s = min(end_s, population.availability.horizon_s)
+    step_h = max(1, math.ceil(span_s / 3600.0 / MAX_AVAILABILITY_HOURS))
+    hours = np.arange(0.0, span_s + 1.0, 3600.0 * step_h)
     counts = population.availability.num_online_by_region(hours)  # (T, R)
     names = np.array(population.devices.region_names)
     recorder.write(AvailabilityRows(t_s=np.repeat(hours, len(names)),

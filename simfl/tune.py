@@ -121,6 +121,7 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
     write the evidence and the choice; see the module docstring."""
     path = Path(path)
     sweep, criterion, grid = load_tuning(path, results_dir)
+    _check_outputs(sweep.out_dir)
     kept = {run.run_id: archived / sweep.name / run.run_id for run in sweep.runs
             if archived is not None and is_complete(archived / sweep.name / run.run_id)}
     statuses = run_sweep(replace(sweep, runs=tuple(r for r in sweep.runs
@@ -132,8 +133,7 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
                           for run in sweep.runs], schema_overrides={"criterion": pl.Float64})
     chosen, unchosen = _choose(table, list(grid), keys)
     sweep.out_dir.mkdir(parents=True, exist_ok=True)  # absent when every run was archived
-    report = sweep.out_dir / "tuning.md"
-    chosen_file = sweep.out_dir / "chosen.toml"
+    report, chosen_file = sweep.out_dir / REPORT, sweep.out_dir / CHOSEN
     text = _markdown(path, criterion, table, keys, (chosen, unchosen), list(grid))
     write_atomically(report, lambda tmp: tmp.write_text(text))
     if not chosen:  # an earlier tuning's choice is not this evidence's
@@ -142,6 +142,29 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
     toml = _chosen_toml(path, criterion, chosen)
     write_atomically(chosen_file, lambda tmp: tmp.write_text(toml))
     return Tuning(table, chosen, unchosen, report, chosen_file)
+
+
+# What tune writes in results/<name>/, and how each file it wrote begins: a file there
+# that begins otherwise is not tune's, and tune refuses to replace or remove it.
+REPORT, CHOSEN = "tuning.md", "chosen.toml"
+BEGINS = {REPORT: "# Tuning: ", CHOSEN: "# Chosen by python -m simfl tune "}
+
+
+def _check_outputs(out_dir: Path) -> None:
+    """InputError, before any run, if ``out_dir`` holds a tuning.md or chosen.toml that
+    tune did not write."""
+    for name, begins in BEGINS.items():
+        path = out_dir / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        try:
+            ours = path.is_file() and not path.is_symlink() and \
+                path.read_text(errors="replace").startswith(begins)
+        except OSError:
+            ours = False
+        if not ours:
+            raise InputError(f"{path}: not written by simfl tune, and tune would replace it; "
+                             f"move it, or give the tuning another name")
 
 
 def _row(run: SweepRun, run_dir: Path, keys: list[str], criterion: Callable[[Path], float],
@@ -183,7 +206,7 @@ def _markdown(path: Path, criterion: str, table: pl.DataFrame, keys: list[str],
               choice: tuple[dict[str, dict[str, object]], dict[str, str]],
               grid_keys: list[str]) -> str:
     chosen, unchosen = choice
-    lines = [f"# Tuning: {path}", "", f"Criterion: `{criterion}` at the last evaluation "
+    lines = [f"{BEGINS[REPORT]}{path}", "", f"Criterion: `{criterion}` at the last evaluation "
              "(lower is better; a failed run counts as inf; –: not complete). Mean over "
              "seeds.", ""]
     seeds = sorted(table["seed"].unique().to_list())
@@ -214,7 +237,7 @@ def _cell(value: float | None) -> str:
 
 
 def _chosen_toml(path: Path, criterion: str, chosen: dict[str, dict[str, object]]) -> str:
-    lines = [f"# Chosen by python -m simfl tune {path} (criterion {criterion}).",
+    lines = [f"{BEGINS[CHOSEN]}{path} (criterion {criterion}).",
              "# A sweep takes these with include = [\"<path to this file>\"]."]
     for variant, values in chosen.items():
         lines.append(f"[variants.{variant}]" if variant else "[set]")

@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 import simfl.run
 from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.plots.runs import plot_run
+from simfl.run import MAX_AVAILABILITY_HOURS
 
 SCENARIO = """
 name = "tiny"
@@ -151,6 +153,24 @@ def test_a_healthy_run_records_its_health_and_completes(
     assert health["nonfinite_thresholds"] == 0
     by_status = health["updates_by_status"]
     assert sum(by_status.values()) == 12 * 6 and by_status["aggregated"] > 0
+
+
+@pytest.mark.parametrize("interval_s", [1e13, 1e300])
+def test_a_clock_run_out_to_centuries_keeps_its_hourly_table_bounded(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        interval_s: float) -> None:
+    # rounds 1e13 s (300,000 years) or 1e300 s apart: hour by hour, availability.parquet
+    # would need 3e10 or 3e296 rows (once: a 62 GiB allocation, or a crash after training)
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet", "--set",
+                        f"server.round_interval_s={interval_s}"], capsys)
+    assert code == 0, err
+    hours = pl.read_parquet(out / "availability.parquet")["t_s"].unique().sort()
+    end_s = pl.read_parquet(out / "rounds.parquet")["t_end_s"].max()
+    assert end_s >= 11 * interval_s  # (12 rounds)
+    step_s = hours[1] - hours[0]
+    assert 1000 < hours.len() <= MAX_AVAILABILITY_HOURS + 1 and hours[-1] + step_s > end_s
+    assert step_s >= 3600 * end_s / 3600 / MAX_AVAILABILITY_HOURS
 
 
 def test_overwrite_leaves_a_directory_that_is_no_run_untouched(

@@ -579,6 +579,17 @@ def test_resume_refuses_bad_run_directories(interrupted: Path, baseline: Path, c
     (out / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE).write_bytes(b"torn")
     refused(out, "state.pt: cannot read the checkpoint")
     assert manifest(out)["status"] == "interrupted"  # refusals change nothing
+    mine = out / "plots" / "mine.png"  # a user's file in the run
+    mine.parent.mkdir(exist_ok=True)
+    mine.write_text("precious")
+    refused(out, "holds 'plots/mine.png', which simfl did not write")
+    foreign = tmp_path / "foreign"  # a manifest.json simfl did not write, beside a table
+    foreign.mkdir()
+    (foreign / "manifest.json").write_text('{"scenario": {"server": {"num_rounds": 2}}}')
+    (foreign / "eval.parquet").write_text("precious")
+    refused(foreign, "not a simfl run (no simfl manifest.json)")
+    assert mine.read_text() == (foreign / "eval.parquet").read_text() == "precious"
+    assert sorted(p.name for p in foreign.iterdir()) == ["eval.parquet", "manifest.json"]
 
 
 # ---- guarded numerics ---------------------------------------------------------------------

@@ -156,6 +156,33 @@ def test_a_run_left_to_another_process_is_not_scored(
     assert 'train.lr" = 0.0001' in chosen.read_text()
 
 
+def test_tune_never_replaces_files_it_did_not_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """A hand-written chosen.toml or tuning.md where tune would write: refused before any
+    run (exit 2, one line), kept as it was; tune's own earlier files are replaced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text(SCENARIO)
+    spec = tmp_path / "t.toml"
+    spec.write_text('scenario = "tiny.toml"\nname = "t"\ncriterion = "train_loss"\n'
+                    '[grid]\n"train.lr" = [1e-4, 1e30]\n')
+    out = tmp_path / "results" / "t"
+    out.mkdir(parents=True)
+    for name in ("chosen.toml", "tuning.md"):
+        mine = out / name
+        mine.write_text("# my own choice\n")
+        assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"simfl: error: results/t/{name}: not written by simfl tune, and tune would "
+                       f"replace it; move it, or give the tuning another name\n")
+        assert sorted(p.name for p in out.iterdir()) == [name]  # no run began
+        assert mine.read_text() == "# my own choice\n"
+        mine.unlink()
+    assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 0
+    assert main(["tune", str(spec), "--backend", "sequential", "--quiet"]) == 0  # its own
+    assert 'train.lr" = 0.0001' in (out / "chosen.toml").read_text()
+
+
 def test_bad_tuning_files(tmp_path: Path) -> None:
     (tmp_path / "tiny.toml").write_text(SCENARIO)
     spec = tmp_path / "t.toml"
