@@ -39,7 +39,9 @@ why there is none) and ``results/<name>/chosen.toml``, whose ``[variants.*]`` (o
 ``[set]`` without variants) a final sweep takes with
 ``include = ["../../results/<name>/chosen.toml"]``: it holds the variants chosen;
 when none is, it is not written, and one an earlier tuning wrote is removed, so that
-no sweep takes a choice this evidence does not make.
+no sweep takes a choice this evidence does not make. A ``tuning.md`` or ``chosen.toml``
+there that tune did not write (its first line says) is never replaced or removed:
+tune refuses before any run (exit 2).
 """
 
 from __future__ import annotations
