@@ -26,7 +26,10 @@ archived before is left as it is when its manifest is the same (the same run), e
 replaced, each file whole (written aside, then renamed); the script says when the
 re-run's summary differs (a re-run at the same seed and thread count should reproduce
 it); a run archived before ``eval_rounds.parquet`` was kept gains it where its run
-directory is still there. Nothing outside
+directory is still there. Every destination is checked before anything is written: a
+run's folder is only replaced when it holds a run archived here and nothing else, a
+``tuning.md`` or ``chosen.toml`` only when ``tune`` wrote it; else the script names the
+path and exits with status 2, having written nothing. Nothing outside
 ``<to>/<sweep name>/<run id>/`` is written, except, for a tuning file whose choice
 ``tune`` has made, ``<to>/<tuning name>/tuning.md`` and ``chosen.toml`` (copied: a final
 sweep includes that ``chosen.toml``).
@@ -36,17 +39,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 import tomllib
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import polars as pl
 
+from simfl.errors import InputError
 from simfl.plots.runs import error_by_round
-from simfl.sweep import is_complete, load_sweep
-from simfl.tune import load_tuning
+from simfl.records import FILE, Layout, foreign_entry, manifest_or_empty
+from simfl.run import is_run_manifest
+from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
+from simfl.tune import BEGINS, load_tuning, written_by_tune
 
 SUMMARY_KEYS = ("mean", "p90")
 WHOLE = ("rounds", "bias")  # small per-round tables, kept whole
+TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE)  # what a run's archive holds
+ARCHIVE_LAYOUT: Layout = {re.escape(name): FILE for name in
+                          ("manifest.json", *(f"{t}.parquet" for t in TABLES))}
+
+
+class Archived(NamedTuple):
+    """A complete run to archive in ``dest``; ``before``: the manifest archived there."""
+
+    run: SweepRun
+    dest: Path
+    manifest: dict[str, Any]
+    text: str  # the manifest.json to write
+    before: dict[str, Any] | None
+
+
+class Plan(NamedTuple):
+    """What archiving a sweep writes, checked: its runs to (re)write, how many of its runs
+    are complete, and the files of tune's folder to copy."""
+
+    sweep: Sweep
+    to: Path
+    runs: list[Archived]
+    complete: int
+    copies: list[str]
 
 
 def _is_tuning(path: str) -> bool:
@@ -61,29 +94,67 @@ def comm_by_round(comm: pl.DataFrame) -> pl.DataFrame:
             .sort("round", "direction", "kind"))
 
 
-def archive(sweep_path: str, to: Path, results: Path = Path("results"),
-            whole_eval: bool = False) -> None:
+def _check_run_folder(dest: Path) -> dict[str, Any] | None:
+    """The manifest of the run archived in ``dest`` earlier (None when ``dest`` is absent
+    or empty); InputError unless ``dest`` is such an archived simfl run holding only what
+    this script writes there, which is all that it may replace."""
+    if not dest.exists():
+        return None
+    if not dest.is_dir():
+        raise InputError(f"{dest}: exists and is not a directory")
+    if not any(dest.iterdir()):
+        return None
+    manifest = manifest_or_empty(dest)
+    if not (is_run_manifest(manifest) and manifest["status"] == "complete"):
+        raise InputError(f"{dest}: not an archived simfl run (no complete simfl run's "
+                         "manifest.json), not replaced; move it or choose another --to")
+    foreign = foreign_entry(dest, ARCHIVE_LAYOUT)
+    if foreign is not None:
+        raise InputError(f"{dest}: holds {str(foreign.relative_to(dest))!r}, which simfl "
+                         "did not write; move it or choose another --to")
+    return manifest
+
+
+def plan_archive(sweep_path: str, to: Path, results: Path = Path("results")) -> Plan:
+    """What archiving ``sweep_path`` into ``to`` writes, every destination checked first:
+    InputError (naming the path) where it would replace what simfl did not write."""
     tuning = _is_tuning(sweep_path)
     sweep = load_tuning(Path(sweep_path), results)[0] if tuning else load_sweep(sweep_path,
                                                                                   results)
-    kept = 0
+    for folder in (to, to / sweep.name):
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{folder}: exists and is not a directory")
+    runs, complete = [], 0
     for run in sweep.runs:
         if not is_complete(run.run_dir):
             continue
+        complete += 1
         manifest = json.loads((run.run_dir / "manifest.json").read_text())
         dest = to / sweep.name / run.run_id
-        old = dest / "manifest.json"
         text = json.dumps(manifest, indent=2) + "\n"
-        if (old.is_file() and old.read_text() == text  # this very run, archived before
-                and (dest / "eval_rounds.parquet").is_file()):
-            kept += 1
+        old = dest / "manifest.json"
+        if (old.is_file() and old.read_bytes() == text.encode()  # this very run, archived
+                and (dest / "eval_rounds.parquet").is_file()):  # before: left as it is
             continue
-        if old.exists():  # a re-run of an archived run
-            before = json.loads(old.read_text())["summary"]["test"]
-            now = manifest["summary"]["test"]
-            if any(before[k] != now[k] for k in SUMMARY_KEYS):
+        runs.append(Archived(run, dest, manifest, text, _check_run_folder(dest)))
+    copies = [name for name in BEGINS if tuning and (sweep.out_dir / name).is_file()]
+    for name in copies:  # what tune wrote from them, replacing only an earlier copy
+        path = to / sweep.name / name
+        if (path.exists() or path.is_symlink()) and not written_by_tune(path):
+            raise InputError(f"{path}: not written by simfl tune, not replaced; move it or "
+                             "choose another --to")
+    return Plan(sweep, to, runs, complete, copies)
+
+
+def archive(plan: Plan, whole_eval: bool = False) -> None:
+    """Write what ``plan`` found to write, each file whole (written aside, then renamed)."""
+    sweep, to = plan.sweep, plan.to
+    for run, dest, manifest, text, before in plan.runs:
+        if before is not None:  # a re-run of an archived run
+            was, now = before["summary"]["test"], manifest["summary"]["test"]
+            if any(was[k] != now[k] for k in SUMMARY_KEYS):
                 print(f"{run.run_id}: re-run differs from the archived run "
-                      f"(p90 {before['p90']:.4f} archived, {now['p90']:.4f} now); "
+                      f"(p90 {was['p90']:.4f} archived, {now['p90']:.4f} now); "
                       "archived copy replaced")
         dest.mkdir(parents=True, exist_ok=True)
         evals = pl.read_parquet(run.run_dir / "eval.parquet")
@@ -96,14 +167,13 @@ def archive(sweep_path: str, to: Path, results: Path = Path("results"),
             frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
             (dest / f"{table}.parquet.tmp").replace(dest / f"{table}.parquet")
         (dest / "manifest.json.tmp").write_text(text)
-        (dest / "manifest.json.tmp").replace(old)
-        kept += 1
-    print(f"{sweep.name}: {kept} complete runs of {len(sweep.runs)} archived in {to / sweep.name}")
-    for name in ("tuning.md", "chosen.toml") if tuning else ():  # what tune wrote from them
-        if (sweep.out_dir / name).is_file():
-            (to / sweep.name).mkdir(parents=True, exist_ok=True)
-            (to / sweep.name / name).write_text((sweep.out_dir / name).read_text())
-            print(f"{to / sweep.name / name}")
+        (dest / "manifest.json.tmp").replace(dest / "manifest.json")
+    print(f"{sweep.name}: {plan.complete} complete runs of {len(sweep.runs)} archived in "
+          f"{to / sweep.name}")
+    for name in plan.copies:
+        (to / sweep.name).mkdir(parents=True, exist_ok=True)
+        (to / sweep.name / name).write_text((sweep.out_dir / name).read_text())
+        print(f"{to / sweep.name / name}")
 
 
 def main() -> None:
@@ -115,8 +185,13 @@ def main() -> None:
     parser.add_argument("--whole-eval", action="store_true",
                         help="keep every evaluation round's eval.parquet, not the final one")
     args = parser.parse_args()
-    for path in args.sweep:
-        archive(path, args.to, args.results, args.whole_eval)
+    try:  # every sweep's destinations checked before anything is written
+        plans = [plan_archive(path, args.to, args.results) for path in args.sweep]
+    except InputError as e:
+        print(f"archive_runs: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for each in plans:
+        archive(each, args.whole_eval)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, advise: bool = True) -> None
         return
     if not overwrite:
         raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
-    if not (run_dir / "manifest.json").is_file() or not _is_run_manifest(read_manifest(run_dir)):
+    if not (run_dir / "manifest.json").is_file() or not is_run_manifest(read_manifest(run_dir)):
         advice = "; --overwrite only replaces a run and deletes nothing else"
         raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json)"
                          f"{advice if advise else ''}")
@@ -112,7 +112,7 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, advise: bool = True) -> None
                          f"did not write{advice if advise else ''}")
 
 
-def _is_run_manifest(manifest: dict[str, Any]) -> bool:
+def is_run_manifest(manifest: dict[str, Any]) -> bool:
     """Whether a manifest.json is one a simfl run wrote (:func:`_manifest`)."""
     versions = manifest.get("versions")
     return (isinstance(manifest.get("scenario"), dict) and isinstance(manifest.get("status"), str)
@@ -165,7 +165,7 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
     if manifest.get("status") == "complete":
         raise InputError(f"{run_dir}: the run is already complete")
-    if not _is_run_manifest(manifest):
+    if not is_run_manifest(manifest):
         raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json); nothing "
                          f"to resume")
     foreign = foreign_entry(run_dir, RUN_LAYOUT)

@@ -40,19 +40,28 @@ import json
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from simfl.errors import InputError, RunBusy, RunFailed
 from simfl.metrics import error_summary
-from simfl.records import manifest_or_empty, read_table
+from simfl.records import PLOTS_DIR, manifest_or_empty, read_table, write_atomically
 from simfl.scenario import Scenario, from_dict, is_plain_name, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
 RAY_KEYS = {"address", "num_cpus", "num_gpus"}
 COLLECTED_TABLES = ("rounds", "bias", "eval")
+SWEEP_FIGURES = ("protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
+                 "online_bias_vs_cohort.png", "decomposition_vs_cohort.png",
+                 "p90_vs_bytes_by_estimator.png")  # simfl.plots.study.plot_sweep's, in plots/
+# What collect writes (its tables, the figures) carries this mark, in a Parquet table's
+# key-value metadata or a PNG's text: it replaces its own files and nothing else.
+COLLECT_MARK = {"simfl": "collect"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,7 @@ class Sweep:
     ray_address: str = ""
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    source: str = ""  # the sweep file
 
     @property
     def out_dir(self) -> Path:
@@ -151,6 +161,14 @@ def sweep_from_table(raw: dict[str, Any], path: Path, results_dir: Path) -> Swee
     ray_cfg = _table(raw, "ray", source)
     for key in ray_cfg.keys() - RAY_KEYS:
         raise InputError(f"{source}: unknown key 'ray.{key}' (expected one of {sorted(RAY_KEYS)})")
+    if not isinstance(ray_cfg.get("address", ""), str):
+        raise InputError(f"{source}: 'ray.address' = {ray_cfg['address']!r} must be a string "
+                         f"(\"\" for a local Ray instance, \"auto\" or \"ray://HOST:PORT\")")
+    for key in ("num_cpus", "num_gpus"):
+        value = ray_cfg.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise InputError(f"{source}: 'ray.{key}' = {value!r} must be a number >= 0 "
+                             f"(what Ray reserves per run)")
     name = str(raw.get("name", path.stem))
     if not is_plain_name(name):
         raise InputError(f"{source}: 'name' = {name!r} must be a plain name (it names the "
@@ -178,8 +196,8 @@ def sweep_from_table(raw: dict[str, Any], path: Path, results_dir: Path) -> Swee
                          f"or keys that print alike, e.g. 1 and \"1\"): make them differ")
     for run in runs:  # bad overrides stop the sweep before any run starts
         load_scenario(scenario, run.overrides)
-    return Sweep(name, scenario, runs, str(ray_cfg.get("address", "")),
-                 float(ray_cfg.get("num_cpus", 1)), float(ray_cfg.get("num_gpus", 0)))
+    return Sweep(name, scenario, runs, ray_cfg.get("address", ""),
+                 float(ray_cfg.get("num_cpus", 1)), float(ray_cfg.get("num_gpus", 0)), source)
 
 
 def _check_run_id_parts(source: str, grid: dict[str, list[Any]],
@@ -468,14 +486,14 @@ def _run_ray(sweep: Sweep, pending: list[SweepRun],
 
     ray.init(address=sweep.ray_address or None, ignore_reinit_error=True,
              include_dashboard=False, log_to_driver=False)
-    task = ray.remote(num_cpus=sweep.num_cpus, num_gpus=sweep.num_gpus,
-                      max_retries=0)(_run_one)
-    refs = {task.remote(sweep.scenario, list(run.overrides), run.run_dir):
-            run.run_id
-            for run in pending}
     statuses: dict[str, str] = {}
-    remaining = list(refs)
     try:
+        check_ray_fits(sweep, [node["Resources"] for node in ray.nodes() if node["Alive"]])
+        task = ray.remote(num_cpus=sweep.num_cpus, num_gpus=sweep.num_gpus,
+                          max_retries=0)(_run_one)
+        refs = {task.remote(sweep.scenario, list(run.overrides), run.run_dir): run.run_id
+                for run in pending}
+        remaining = list(refs)
         while remaining:
             done, remaining = ray.wait(remaining, num_returns=1)
             run_id = refs[done[0]]
@@ -491,14 +509,35 @@ def _run_ray(sweep: Sweep, pending: list[SweepRun],
     return statuses
 
 
+def check_ray_fits(sweep: Sweep, nodes: Sequence[dict[str, float]]) -> None:
+    """InputError when no Ray node (``nodes``: each one's resources) has the CPUs and GPUs
+    that the sweep's ``[ray]`` asks per run: Ray would wait for them for ever."""
+    for key, asked, resource in (("num_cpus", sweep.num_cpus, "CPU"),
+                                 ("num_gpus", sweep.num_gpus, "GPU")):
+        most = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+        if asked > most:
+            raise InputError(f"{sweep.source or sweep.name}: 'ray.{key}' = {asked:g} but no "
+                             f"node of the Ray cluster has more than {most:g} {resource}s: no "
+                             f"run could ever start (no run was started)")
+
+
 def collect(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str, int]:
     """Concatenate each complete run's tables into ``results/<sweep>/<table>.parquet``,
-    with the run id and the sweep's axes as extra columns; returns rows per table."""
+    with the run id and the sweep's axes as extra columns; returns rows per table. Each
+    file it writes is marked as its own, and one that is there without the mark (a file
+    simfl did not write), or a figure :func:`simfl.plots.study.plot_sweep` would replace,
+    stops it before it writes anything."""
     rows = {}
     done = [r for r in sweep.runs if is_complete(r.run_dir)]
     if not done:
         raise InputError(f"{sweep.out_dir}: no run of sweep '{sweep.name}' is complete yet "
                          f"(python -m simfl sweep --status shows where they stand)")
+    targets = [sweep.out_dir / f"{table}.parquet" for table in tables]
+    for path in [*targets, *(sweep.out_dir / PLOTS_DIR / name for name in SWEEP_FIGURES)]:
+        if (path.exists() or path.is_symlink()) and not written_by_collect(path):
+            raise InputError(f"{path}: exists and was not written by simfl collect, which "
+                             f"would replace it: move it away, then collect again (nothing "
+                             f"was written)")
     for table in tables:
         frames = [pl.read_parquet(r.run_dir / f"{table}.parquet").with_columns(
                       pl.lit(r.run_id).alias("run_id"),
@@ -506,6 +545,26 @@ def collect(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str,
                   for r in done]
         # a run from before a column was added lacks it: null there
         frame = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
-        frame.write_parquet(sweep.out_dir / f"{table}.parquet")
+        marked = frame.to_arrow().replace_schema_metadata(COLLECT_MARK)
+        write_atomically(sweep.out_dir / f"{table}.parquet", partial(pq.write_table, marked))
         rows[table] = frame.height
     return rows
+
+
+def written_by_collect(path: Path) -> bool:
+    """Whether ``path`` is a file that collect wrote: a Parquet table or (``.png``) a
+    figure with :data:`COLLECT_MARK`."""
+    from PIL import Image
+
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        if path.suffix == ".png":
+            with Image.open(path) as image:
+                found = {k: image.info.get(k) for k in COLLECT_MARK}
+        else:
+            metadata = pq.read_schema(path).metadata or {}
+            found = {k: metadata.get(k.encode(), b"").decode() for k in COLLECT_MARK}
+    except (OSError, ValueError, pa.ArrowException, Image.DecompressionBombError):
+        return False  # not a file simfl can read
+    return found == COLLECT_MARK

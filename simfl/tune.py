@@ -152,19 +152,21 @@ REPORT, CHOSEN = "tuning.md", "chosen.toml"
 BEGINS = {REPORT: "# Tuning: ", CHOSEN: "# Chosen by python -m simfl tune "}
 
 
+def written_by_tune(path: Path) -> bool:
+    """Whether ``path`` is a tuning.md or chosen.toml that tune wrote (by how it begins)."""
+    begins = BEGINS.get(path.name)
+    try:
+        return (begins is not None and path.is_file() and not path.is_symlink()
+                and path.read_text(errors="replace").startswith(begins))
+    except OSError:
+        return False
+
+
 def _check_outputs(out_dir: Path) -> None:
     """InputError, before any run, if ``out_dir`` holds a tuning.md or chosen.toml that
     tune did not write."""
-    for name, begins in BEGINS.items():
-        path = out_dir / name
-        if not (path.exists() or path.is_symlink()):
-            continue
-        try:
-            ours = path.is_file() and not path.is_symlink() and \
-                path.read_text(errors="replace").startswith(begins)
-        except OSError:
-            ours = False
-        if not ours:
+    for path in (out_dir / name for name in BEGINS):
+        if (path.exists() or path.is_symlink()) and not written_by_tune(path):
             raise InputError(f"{path}: not written by simfl tune, and tune would replace it; "
                              f"move it, or give the tuning another name")
 

@@ -5,6 +5,7 @@ estimators end to end (bias.parquet, protocol messages in comm.parquet)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -97,6 +98,11 @@ def test_grid_expands_variants_values_and_seeds(tmp_path: Path) -> None:
     (SWEEP.replace("[4, 6]", "[4, -1]"), "clients_per_round"),
     (SWEEP.replace("seeds = [0, 1]", "seed = [0, 1]"), "unknown key 'seed'"),
     (SWEEP.replace("num_cpus = 1", "cpus = 1"), "ray.cpus"),
+    (SWEEP.replace("num_cpus = 1", 'num_cpus = "x"'), "'ray.num_cpus' = 'x' must be a number"),
+    (SWEEP.replace("num_cpus = 1", "num_cpus = -1"), "'ray.num_cpus' = -1 must be a number"),
+    (SWEEP.replace("num_cpus = 1", "num_cpus = true"), "'ray.num_cpus' = True must be"),
+    (SWEEP.replace("num_cpus = 1", "num_gpus = nan"), "'ray.num_gpus' = nan must be"),
+    (SWEEP.replace("num_cpus = 1", "address = 1"), "'ray.address' = 1 must be a string"),
 ])
 def test_bad_sweeps_stop_before_any_run(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -115,7 +121,10 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     assert rows["bias"] == bias.height == 4 * 4 * 5  # runs x rounds x estimators
     assert set(bias["variant"]) == {"always", "diurnal"}
     assert sorted(set(bias["clients_per_round"])) == [4, 6]
+    from simfl.sweep import SWEEP_FIGURES  # here: the file's other tests run without it
+
     names = {p.name for p in plot_sweep(sweep.out_dir)}
+    assert names == set(SWEEP_FIGURES)  # collect checks each one's target before it writes
     assert names == {"protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
                      "online_bias_vs_cohort.png", "decomposition_vs_cohort.png",
                      "p90_vs_bytes_by_estimator.png"}
@@ -571,3 +580,171 @@ def test_collect_refuses_a_plots_file_in_the_sweeps_folder_before_writing(
     assert capsys.readouterr().err == (f"simfl: error: {Path('results/study/plots')}: exists "
                                        f"and is not a directory (the figures go there)\n")
     assert _listing(tmp_path) == before
+
+
+def test_a_bad_ray_value_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, SWEEP.replace("num_cpus = 1", 'num_cpus = "x"'))
+    assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"simfl: error: {path}: 'ray.num_cpus' = 'x' must be a "
+                                       f"number >= 0 (what Ray reserves per run)\n")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_ray_sweep_asking_more_than_the_cluster_has_stops_at_once(tmp_path: Path) -> None:
+    """Ray would wait for ever for the CPUs no node has: exit 2 before any run, in seconds."""
+    pytest.importorskip("ray")
+    path = write(tmp_path, 'scenario = "base.toml"\nname = "big"\n[ray]\nnum_cpus = 4096\n')
+    done = subprocess.run([sys.executable, "-m", "simfl", "sweep", str(path), "--backend", "ray",
+                           "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=90)
+    err = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(rf"simfl: error: {re.escape(str(path))}: 'ray.num_cpus' = 4096 but no "
+                        r"node of the Ray cluster has more than \d+ CPUs: no run could ever "
+                        r"start \(no run was started\)", err[-1]), err
+    assert not list((tmp_path / "results" / "big").glob("*/manifest.json"))
+
+
+@pytest.mark.parametrize(("ray", "nodes", "message"), [
+    ("num_gpus = 1", [{"CPU": 8.0}], "'ray.num_gpus' = 1 but no node .* more than 0 GPUs"),
+    ("num_cpus = 3", [{"CPU": 2.0}, {"CPU": 2.0, "GPU": 1.0}],
+     "'ray.num_cpus' = 3 but no node .* more than 2 CPUs"),
+    ("num_cpus = 0.5", [], "'ray.num_cpus' = 0.5 but no node .* more than 0 CPUs"),
+])
+def test_check_ray_fits_asks_no_more_than_one_node_has(
+        tmp_path: Path, ray: str, nodes: list[dict[str, float]], message: str) -> None:
+    from simfl.sweep import check_ray_fits  # here: the file's other tests run without it
+
+    sweep = load_sweep(write(tmp_path, f'scenario = "base.toml"\n[ray]\n{ray}\n'),
+                       tmp_path / "results")
+    with pytest.raises(InputError, match=message):
+        check_ray_fits(sweep, nodes)
+    check_ray_fits(sweep, [*nodes, {"CPU": 4.0, "GPU": 2.0}])  # a node it fits on
+
+
+def test_collect_replaces_its_own_files_and_no_one_elses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, 'scenario = "base.toml"\nname = "one"\n')
+    sweep = load_sweep(path)
+    run_sweep(sweep, "sequential", report=lambda line: None)
+    assert main(["collect", str(path)]) == 0
+    collected = {p.name: p.read_bytes() for p in sweep.out_dir.glob("*.parquet")}
+    figures = {p.name for p in (sweep.out_dir / "plots").iterdir()}
+    assert set(collected) == {"rounds.parquet", "bias.parquet", "eval.parquet"} and figures
+    assert main(["collect", str(path)]) == 0  # again, over its own files
+    assert {p.name: p.read_bytes() for p in sweep.out_dir.glob("*.parquet")} == collected
+    assert {p.name for p in (sweep.out_dir / "plots").iterdir()} == figures
+    capsys.readouterr()
+    assert not (sweep.out_dir / "plots" / "bias_vs_cohort.png").exists()  # no cohort axis
+    for name in ("rounds.parquet", "plots/protocol_cost.png", "plots/bias_vs_cohort.png"):
+        user = sweep.out_dir / name
+        kept = user.read_bytes() if user.exists() else None
+        user.write_text("USERDATA")  # a user's file, or one collect did not mark
+        before = _listing(tmp_path)
+        assert main(["collect", str(path)]) == 2
+        assert capsys.readouterr().err == (
+            f"simfl: error: {Path('results/one') / name}: exists and was not written by simfl "
+            f"collect, which would replace it: move it away, then collect again (nothing was "
+            f"written)\n")
+        assert _listing(tmp_path) == before
+        if kept is None:
+            user.unlink()
+        else:
+            user.write_bytes(kept)
+    pl.read_parquet(sweep.out_dir / "rounds.parquet").write_parquet(
+        sweep.out_dir / "rounds.parquet")  # a table simfl could read but did not collect
+    assert main(["collect", str(path)]) == 2
+
+
+ARCHIVE = ROOT / "bench" / "archive_runs.py"
+TUNE_WROTE = {"tuning.md": "# Tuning: t.tune.toml\n", "chosen.toml":
+              "# Chosen by python -m simfl tune t.tune.toml (criterion train_loss).\n[set]\n"}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with study.toml, the sweep "sw" of seeds 0 and 1, and its complete runs in
+    results/ (copied by each test that archives them)."""
+    folder = tmp_path_factory.mktemp("two_runs")
+    sweep = load_sweep(write(folder, 'scenario = "base.toml"\nname = "sw"\nseeds = [0, 1]\n'),
+                       folder / "results")
+    assert set(run_sweep(sweep, "sequential", report=lambda line: None).values()) == {"complete"}
+    return folder
+
+
+def _archive(folder: Path, spec: str = "study.toml") -> subprocess.CompletedProcess[str]:
+    """bench/archive_runs.py ``folder/spec`` --to ``folder/kept``."""
+    return subprocess.run([sys.executable, str(ARCHIVE), str(folder / spec), "--to",
+                           str(folder / "kept"), "--results", str(folder / "results")],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(("mine", "why"), [
+    ({"eval.parquet": b"precious"}, "not an archived simfl run"),  # no manifest.json
+    ({"manifest.json": b'{"my": "config"}'}, "not an archived simfl run"),
+    ({"manifest.json": None, "notes.txt": b"mine"},  # None: the run's own manifest
+     "holds 'notes.txt', which simfl did not write"),
+])
+def test_archiving_refuses_a_run_folder_simfl_did_not_write(
+        two_runs: Path, tmp_path: Path, mine: dict[str, bytes | None], why: str) -> None:
+    """The second run's folder in --to holds what the archive did not write: the script
+    names it in one line, exits 2 and writes nothing, not the first run either."""
+    shutil.copytree(two_runs, tmp_path, dirs_exist_ok=True)
+    dest = tmp_path / "kept" / "sw" / "seed=1"
+    dest.mkdir(parents=True)
+    for name, data in mine.items():
+        (dest / name).write_bytes(data if data is not None else
+                                  (tmp_path / "results" / "sw" / "seed=1" / name).read_bytes())
+    before = _listing(tmp_path / "kept")
+    done = _archive(tmp_path)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and done.stdout == "" and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"archive_runs: error: {dest}: ") and why in lines[0]
+    assert lines[0].endswith("; move it or choose another --to")
+    assert _listing(tmp_path / "kept") == before
+    assert [p.name for p in (tmp_path / "kept" / "sw").iterdir()] == ["seed=1"]
+
+
+@pytest.mark.parametrize("name", sorted(TUNE_WROTE))
+def test_archiving_a_tuning_file_keeps_a_users_file_of_that_name(tmp_path: Path,
+                                                                 name: str) -> None:
+    """--to holds a tuning.md or chosen.toml that tune did not write: kept, exit 2, nothing
+    written; one that tune wrote (an earlier copy) is replaced."""
+    (tmp_path / "base.toml").write_text(SCENARIO)
+    (tmp_path / "t.tune.toml").write_text('scenario = "base.toml"\nname = "t"\ncriterion = '
+                                          '"train_loss"\nseeds = [0]\n[grid]\n"train.lr" = [0.1]\n')
+    (tmp_path / "results" / "t").mkdir(parents=True)
+    for each, text in TUNE_WROTE.items():
+        (tmp_path / "results" / "t" / each).write_text(text)
+    kept = tmp_path / "kept" / "t"
+    kept.mkdir(parents=True)
+    (kept / name).write_text("my notes\n")
+    done = _archive(tmp_path, "t.tune.toml")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"archive_runs: error: {kept / name}: not written by simfl tune, not replaced; move it "
+        "or choose another --to"]
+    assert _listing(kept) == {name: b"my notes\n"}
+    (kept / name).write_text(TUNE_WROTE[name].split(" t.tune")[0] + " an earlier choice\n")
+    assert _archive(tmp_path, "t.tune.toml").returncode == 0
+    assert _listing(kept) == {n: t.encode() for n, t in TUNE_WROTE.items()}
+
+
+def test_archiving_again_replaces_the_earlier_archive(two_runs: Path, tmp_path: Path) -> None:
+    """Archived again after seed 1 ran again (another manifest) and an archive interrupted
+    there (a .tmp left): seed 1's copy is replaced, seed 0's left as it was."""
+    shutil.copytree(two_runs, tmp_path, dirs_exist_ok=True)
+    assert _archive(tmp_path).returncode == 0
+    kept = tmp_path / "kept" / "sw"
+    stamps = {f: f.stat().st_mtime_ns for f in kept.rglob("*")}
+    rerun = tmp_path / "results" / "sw" / "seed=1" / "manifest.json"
+    rerun.write_text(json.dumps({**json.loads(rerun.read_text()), "wall_s": 1.0}))
+    (kept / "seed=1" / "eval.parquet.tmp").write_bytes(b"torn")
+    done = _archive(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((kept / "seed=1" / "manifest.json").read_text())["wall_s"] == 1.0
+    assert {f.parent.name for f, t in stamps.items()
+            if f.is_file() and f.stat().st_mtime_ns != t} == {"seed=1"}
+    assert not list(kept.rglob("*.tmp"))

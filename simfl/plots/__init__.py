@@ -19,6 +19,8 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from simfl.records import write_atomically
+
 DPI = 120
 
 
@@ -30,10 +32,15 @@ def new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def save_figure(fig: Figure, out: str | Path) -> Path:
+def save_figure(fig: Figure, out: str | Path, mark: dict[str, str] | None = None) -> Path:
     """Write ``fig`` at ``out`` (a PNG, or the format its suffix names; its folder
-    created); returns the path."""
+    created); returns the path. ``mark``: PNG text that says who wrote the file, the
+    figure then written atomically (collect's: :data:`simfl.sweep.COLLECT_MARK`)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=DPI)
+    if mark is None:
+        fig.savefig(out, dpi=DPI)
+    else:
+        write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png",
+                                                      metadata=mark))
     return out

@@ -25,6 +25,7 @@ from matplotlib.ticker import NullFormatter
 from simfl.plots import new_axes, save_figure
 from simfl.plots.runs import P90_LABEL, byte_unit, tail_vs_bytes
 from simfl.records import PLOTS_DIR, read_table, table_exists
+from simfl.sweep import COLLECT_MARK
 
 RUN_KEYS = ("run_id",)
 BURN_IN_FRACTION = 0.2
@@ -274,7 +275,8 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
 
 
 def plot_sweep(out_dir: Path) -> list[Path]:
-    """The study's figures from a collected sweep directory; returns the PNGs written."""
+    """The study's figures from a collected sweep directory (some of
+    :data:`simfl.sweep.SWEEP_FIGURES`, marked as collect's); returns the PNGs written."""
     out_dir = Path(out_dir)
     bias = pl.read_parquet(out_dir / "bias.parquet")
     if bias.height == 0:
@@ -296,7 +298,8 @@ def plot_sweep(out_dir: Path) -> list[Path]:
     if rounds.height and ev.height:
         figures["p90_vs_bytes_by_estimator.png"] = lambda: plot_tail_vs_bytes_by_estimator(
             rounds, ev, bias)
-    return [save_figure(make(), out_dir / PLOTS_DIR / name) for name, make in figures.items()]
+    return [save_figure(make(), out_dir / PLOTS_DIR / name, COLLECT_MARK)
+            for name, make in figures.items()]
 
 
 def plot_run_bias(run_dir: Path) -> list[Path]:
