@@ -141,6 +141,19 @@ def test_a_run_that_aggregates_nothing_reports_it_in_its_health(
     assert "rounds 0-9" in err
 
 
+def test_a_run_without_the_stall_rule_that_trained_nothing_counts_all_its_devices(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet", "--set", "run.idle_window=0",
+                        "--set", "server.deadline_s=0.001"], capsys)
+    health = json.loads((out / "manifest.json").read_text())["health"]
+    assert code == 1 and health["rounds"] == 12 == health["rounds_without_update"]
+    late = health["updates_by_status"]["late"]
+    assert late > 6  # more than one round's (was: the last round's devices only)
+    assert f"none of its 12 rounds aggregated an update; of their {late} devices {late} late" \
+        in err
+
+
 def test_a_healthy_run_records_its_health_and_completes(
         scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"

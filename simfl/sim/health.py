@@ -88,36 +88,39 @@ class Health:
         window; fail it if it trained nothing."""
         if self.idle_window and 0 < len(self._recent) < self.idle_window:
             self._judge()
-        if self.rounds and self.idle_rounds == self.rounds:
+        if self.rounds and self.idle_rounds == self.rounds:  # every round: all devices
+            cause = _cause(self.nonfinite_thresholds > 0, self.statuses)
             raise RunStalled(f"the run trained nothing: none of its {self.rounds} rounds "
-                             f"aggregated an update; {self._cause()}")
+                             f"aggregated an update; {cause}")
 
     def _judge(self) -> None:
         idle = [r for r, is_idle, _, _ in self._recent if is_idle]
         if not idle or len(idle) < self.idle_share * len(self._recent):
             return
         first, last = self._recent[0][0], self._recent[-1][0]
-        raise RunStalled(f"the run is not learning: {len(idle)} of rounds {first}-{last} "
-                         f"aggregated no update or had a non-finite threshold; "
-                         f"{self._cause()}")
-
-    def _cause(self) -> str:
-        """What the idle rounds of the window have in common, in words."""
-        if any(nonfinite for _, _, nonfinite, _ in self._recent):
-            return ("the Δ-FL threshold is non-finite: the loss reports are NaN/Inf "
-                    "(the model diverged: train.lr)")
         counts: Counter[str] = Counter()
         for _, is_idle, _, statuses in self._recent:
             if is_idle:
                 counts.update(statuses)
-        if not counts:
-            return "no device was selected"
-        parts = ", ".join(f"{n} {status}" for status, n in counts.most_common())
-        top = counts.most_common(1)[0][0]
-        return f"of their {sum(counts.values())} devices {parts}: {CAUSES.get(top, top)}"
+        cause = _cause(any(nonfinite for _, _, nonfinite, _ in self._recent), counts)
+        raise RunStalled(f"the run is not learning: {len(idle)} of rounds {first}-{last} "
+                         f"aggregated no update or had a non-finite threshold; {cause}")
 
     def summary(self) -> dict[str, object]:
         """The manifest's ``health``: round and update counts of the whole run."""
         return {"rounds": self.rounds, "rounds_without_update": self.idle_rounds,
                 "nonfinite_thresholds": self.nonfinite_thresholds,
                 "updates_by_status": dict(sorted(self.statuses.items()))}
+
+
+def _cause(nonfinite: bool, counts: Counter[str]) -> str:
+    """What the idle rounds have in common, in words: a non-finite threshold, or
+    the statuses (``counts``) of their devices."""
+    if nonfinite:
+        return ("the Δ-FL threshold is non-finite: the loss reports are NaN/Inf "
+                "(the model diverged: train.lr)")
+    if not counts:
+        return "no device was selected"
+    parts = ", ".join(f"{n} {status}" for status, n in counts.most_common())
+    top = counts.most_common(1)[0][0]
+    return f"of their {sum(counts.values())} devices {parts}: {CAUSES.get(top, top)}"
