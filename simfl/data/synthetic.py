@@ -46,15 +46,25 @@ import torch
 
 from simfl.data.packed import ClientData, FederatedData
 from simfl.data.split import federate
+from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import DataConfig, SyntheticConfig
 
 MAX_SAMPLES_PER_CLIENT = 1000  # LEAF's lognormal has a heavy tail (tens of thousands)
+MAX_BYTES = 16 * 2**30  # the features' float32 copy, at the fewest samples a client gets
 
 
 def load_synthetic(cfg: DataConfig, streams: Streams) -> FederatedData:
-    """Generate ``cfg.synthetic.num_clients`` clients, split them by writer and standardise."""
-    clients = generate(cfg.synthetic, streams)
+    """Generate ``cfg.synthetic.num_clients`` clients, split them by writer and standardise.
+    InputError, before drawing anything, when the features could not fit in memory."""
+    syn = cfg.synthetic
+    at_least = syn.num_clients * syn.min_samples * syn.dim * 4
+    if at_least > MAX_BYTES:
+        raise InputError(f"data.synthetic: {syn.num_clients} clients of at least "
+                         f"{syn.min_samples} samples in 'data.synthetic.dim' = {syn.dim} "
+                         f"need at least {at_least / 2**30:.3g} GiB of features (limit "
+                         f"{MAX_BYTES / 2**30:.0f} GiB)")
+    clients = generate(syn, streams)
     num_classes = cfg.synthetic.num_classes
     return federate("synthetic", clients, cfg, streams, num_classes, True, "synthetic data")
 
