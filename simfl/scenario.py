@@ -130,7 +130,7 @@ class AggregatorConfig:
 
     name: AGGREGATORS = "fedavg"
     # Delta-FL: keep the clients in the top-theta loss tail; fedavg_sub: select
-    # round(theta * server.clients_per_round) devices, as many as Delta-FL keeps
+    # round(theta * server.clients_per_round) devices (Delta-FL's count varies: fedavg_sub.py)
     theta: float = _f(0.5, THETA)
     mu: float = _f(0.01, NON_NEGATIVE)  # FedProx: (mu / 2) * ||w - w_t||^2 in every local loss
     q: float = _f(1.0, NON_NEGATIVE)  # q-FFL: updates weighted by F_k(w_t)^q (0 = uniform FedAvg)
