@@ -73,6 +73,27 @@ def test_noiseless_secure_keep_sets_equal_cohort_exact_on_ties_and_near_ties() -
     assert np.median(sums["secure_bisection"]) <= 16
 
 
+@pytest.mark.parametrize("level", [0.0, 1e-13, 0.5, 0.8])
+def test_secure_keep_sets_equal_cohort_exact_where_the_quantile_is_the_range_low_end(
+        level: float) -> None:
+    # θ = 1 (level 0, or within the slack of it) keeps every device; exact zero losses at
+    # the bisection's low end (0) hold the quantile at levels up to their share. Before,
+    # secure_mm found no bracket at level 0 (the run failed) and the bisection dropped
+    # the devices at low.
+    rng = np.random.default_rng(3)
+    for losses in ([0.0, 1.0, 2.0], [0.0, 0.0, 0.0, 1.0], [0.5, 0.7, 2.0, 3.0], [2.5]):
+        cohort = Cohort(np.array(losses), np.ones(len(losses)), np.arange(len(losses)), 0.0)
+        exact = _keep(cohort, CohortExact().estimate(cohort, level, NO_NOISE).threshold)
+        for est in (SecureBisection(0.0, 16.0, 1e-3), SecureMM(30, 1e-4)):
+            out = est.estimate(cohort, level, rng)
+            assert math.isfinite(out.threshold)
+            assert (_keep(cohort, out.threshold) == exact).all(), (est.name, losses)
+    for _ in range(200):  # random cohorts at θ = 1: every device kept
+        cohort = _random_cohort(rng)[0]
+        for est in (SecureBisection(0.0, 16.0, 1e-3), SecureMM(30, 1e-4)):
+            assert _keep(cohort, est.estimate(cohort, 0.0, rng).threshold).all()
+
+
 def test_the_bisection_hand_computed() -> None:
     # losses 1, 2, 3 with equal weights, level 1/2: Q = 2; the bracket (0, 16] halves
     # to (1.5, 2.0]...: after 14 steps low lies within 1e-3 below 2 and holds only 2

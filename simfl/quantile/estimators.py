@@ -17,7 +17,11 @@ estimator only uses what its protocol would reveal to the server:
   holds one device (Q_p itself) or cannot be split in floating point (devices
   tied at Q_p). The server broadcasts low and devices keep themselves iff
   F_k > low: with no device in (low, Q_p), exactly the devices with F_k ≥ Q_p,
-  the keep set of ``cohort_exact``. η̂ = the smallest double above low.
+  the keep set of ``cohort_exact``. η̂ = the smallest double above low. Losses
+  outside the range count as its ends: above ``high`` = 16 they are all kept;
+  when Q_p is at the low end (θ = 1, or losses of exactly ``low`` = 0) the
+  bracket ends empty at low, and the devices with F_k ≥ low keep themselves
+  (every device, with the default low = 0 and losses that are never negative).
 - ``secure_mm``: the quantile as the minimiser of the pinball loss
   Σ α_k ρ_p(F_k − η), ρ_p(u) = max(pu, (p − 1)u), by majorisation–minimisation
   (the long paper's Appendix B.1, eq. 17; Hunter and Lange, "Quantile
@@ -116,13 +120,22 @@ class CohortExact:
 _REFINE_STEPS = 64
 
 
+def _reaches(below: float, total: float, level: float) -> bool:
+    """Whether F(u) >= level, from the secure sums of α 1[x <= u] and of α. At a level
+    within the slack of 0 (θ = 1) the lower quantile is the least loss, which u reaches
+    once any device is at or below it."""
+    return below >= (level - LEVEL_SLACK) * total if level > LEVEL_SLACK else below > 0
+
+
 def _bisect(x: np.ndarray, alpha: np.ndarray, level: float, low: float, high: float,
-            tol: float, noise_std: float, rng: np.random.Generator) -> tuple[float, int]:
+            tol: float, noise_std: float, rng: np.random.Generator
+            ) -> tuple[float, float, int]:
     """Halve the bracket (low, high], F(low) < level <= F(high), until it is at most tol
-    wide and holds at most one device (or cannot be split); returns (low, secure sums).
-    Each sum is of (α 1[x <= mid], α, 1[low < x <= mid], 1[low < x <= high]): the last two
-    count the devices in the bracket after the split, whichever half is kept."""
-    sums = 0
+    wide and holds at most one device (or cannot be split); returns (low, the devices
+    left in (low, high], secure sums). Each sum is of (α 1[x <= mid], α, 1[low < x <=
+    mid], 1[low < x <= high]): the last two count the devices in the bracket after the
+    split, whichever half is kept."""
+    sums, inside = 0, math.inf
     min_steps = max(1, math.ceil(math.log2(max(high - low, tol) / tol))) if tol > 0 else 1
     for step in range(min_steps + _REFINE_STEPS):
         mid = 0.5 * (low + high)
@@ -133,13 +146,13 @@ def _bisect(x: np.ndarray, alpha: np.ndarray, level: float, low: float, high: fl
             np.stack([alpha * (x <= mid), alpha, in_low_half.astype(float),
                       ((x > low) & (x <= high)).astype(float)], 1), noise_std, rng)
         sums += 1
-        if below >= (level - LEVEL_SLACK) * total:
+        if _reaches(below, total, level):
             high, inside = mid, lower_half
         else:
             low, inside = mid, inside - lower_half
         if step + 1 >= min_steps and inside <= 1.5:  # one device left: Q_p alone
             break
-    return low, sums
+    return low, inside, sums
 
 
 def _keep_above(low: float) -> float:
@@ -180,7 +193,8 @@ class SecureMM:
         k = len(x)
         mu, sums = self.iterate(cohort, level, rng)
         low, high, bracket_sums = self._bracket(x, alpha, level, mu, rng)
-        low, bisect_sums = _bisect(x, alpha, level, low, high, self.tol, self.noise_std, rng)
+        low, _, bisect_sums = _bisect(x, alpha, level, low, high, self.tol, self.noise_std,
+                                      rng)
         mm_sums = sum((secure_sum(k, 2) for _ in range(sums)), ())
         count_sums = (sum((secure_sum(k, 2) for _ in range(bracket_sums)), ())
                       + sum((secure_sum(k, 4) for _ in range(bisect_sums)), ()))
@@ -193,7 +207,7 @@ class SecureMM:
         def reaches(u: float) -> bool:
             below, total = _noisy_sum(np.stack([alpha * (x <= u), alpha], 1),
                                       self.noise_std, rng)
-            return bool(below >= (level - LEVEL_SLACK) * total)
+            return _reaches(below, total, level)
 
         width, sums = max(self.tol, abs(mu) * 1e-12), 1
         at_mu = reaches(mu)
@@ -217,12 +231,16 @@ class SecureBisection:
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
         """Bisection from the configured range (losses outside it count as its ends), then
-        the devices with F_k > low keep themselves; see the module docstring."""
+        the devices with F_k > low keep themselves; see the module docstring. A bracket
+        that never left the range's low end and holds no device shows F(low) >= level:
+        Q_p is at most low, and the devices with F_k >= low keep themselves."""
         x, alpha = cohort.losses, cohort.weights
-        low, sums = _bisect(x, alpha, level, self.low, self.high, self.tol, self.noise_std,
-                            rng)
+        low, inside, sums = _bisect(x, alpha, level, self.low, self.high, self.tol,
+                                    self.noise_std, rng)
         exchanges = sum((secure_sum(len(x), 4) for _ in range(sums)), ())
-        return Estimate(_keep_above(low), exchanges + (broadcast_threshold(),), sums)
+        at_most_low = low == self.low and inside < 0.5
+        return Estimate(low if at_most_low else _keep_above(low),
+                        exchanges + (broadcast_threshold(),), sums)
 
 
 @dataclass
