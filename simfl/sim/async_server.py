@@ -185,7 +185,7 @@ class _Slots:
 
     def _polled(self, _event: simpy.Event) -> None:
         self.poll_due = False
-        self._refill()
+        self.schedule_refill()  # after the other events of this instant, as every draw
 
 
 class _Untrained:
@@ -268,8 +268,9 @@ class _AsyncServer:
         else:
             self._arrive(task)
         if self.version < self.cfg.num_rounds:
+            none_left = self.slots.in_flight == 0 and bool(self.slots.started.all())
             self.wiring.health.tasks_ended(self.version, [t.status for t in self.ended],
-                                           self.buffer_size, len(self.plan))
+                                           self.buffer_size, none_left)
             self.slots.schedule_refill()
         elif self.slots.in_flight == 0:
             _record_tasks(self.wiring, self.learner, self._take_ended(), self.cfg.num_rounds)

@@ -66,18 +66,19 @@ class Health:
             self._judge()
 
     def tasks_ended(self, version: int, statuses: list[str], buffer_size: int,
-                    num_devices: int) -> None:
+                    none_left: bool) -> None:
         """Async server: ``statuses`` of the tasks ended since server update ``version``
         began. As many as ``idle_window`` buffers without an update is a stall, and so is
-        a task ended on every device (each runs one task per version: none is left)."""
-        limit = min(self.idle_window * buffer_size, num_devices)
-        if self.idle_window and len(statuses) >= limit:
+        ``none_left``: every device has run its task from this version (one each) and none
+        is in flight, so no update can come."""
+        if self.idle_window and (len(statuses) >= self.idle_window * buffer_size or none_left):
             counts = Counter(status or "buffered" for status in statuses)
             parts = ", ".join(f"{n} {status}" for status, n in counts.most_common())
             top = counts.most_common(1)[0][0]
-            raise RunStalled(f"the run is not learning: {len(statuses)} tasks ended without "
-                             f"filling a buffer of {buffer_size} for server update {version} "
-                             f"({parts}): {CAUSES.get(top, top)}")
+            every = ", every device's task from this version" if none_left else ""
+            raise RunStalled(f"the run is not learning: {len(statuses)} tasks ended{every} "
+                             f"without filling a buffer of {buffer_size} for server update "
+                             f"{version} ({parts}): {CAUSES.get(top, top)}")
 
     def devices_done(self, statuses: Iterable[str]) -> None:
         """The final statuses of a round's devices (stragglers included)."""

@@ -30,7 +30,7 @@ from simfl.scenario import (
     TrainConfig,
 )
 from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
-from simfl.sim.health import Health
+from simfl.sim.health import Health, RunStalled
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import LearnerLike, sync_server
 from simfl.sim.tasks import Fleet, Wiring
@@ -449,3 +449,69 @@ def test_staleness_counts_and_time_to_level() -> None:
     # p90 of (0.5, 0.7) is 0.68 (linear interpolation): reached after 2 updates, 23 bytes
     assert time_to_level(ev, rounds, 0.69) == {"t_s": 5.0, "round": 2, "bytes_cum": 23}
     assert time_to_level(ev, rounds, 0.1) is None
+
+
+def test_tasks_ended_on_few_devices_are_no_stall_while_one_is_in_flight(
+        tmp_path: Path) -> None:
+    # Four devices, buffer 1, idle window 10; devices 0-2 drop (they leave mid-task),
+    # device 1 twice, while device 3's long task (10 s of compute) is in flight. Four
+    # tasks end before server update 1 on three devices: not "a task on every device".
+    # Before, the rule counted tasks against min(10 x 1, 4 devices) and stopped the run
+    # at t = 7.5; it completes, device 2 and then device 3 aggregated.
+    intervals = {0: [(0, 5.5), (6, 100)], 1: [(0, 3.5), (4, 7.5), (8, 100)],
+                 2: [(0, 4.5), (5, 100)], 3: [(0, 100)]}
+    availability = from_intervals(
+        np.array([d for d in intervals for _ in intervals[d]]),
+        np.array([a for d in intervals for a, _ in intervals[d]], float),
+        np.array([b for d in intervals for _, b in intervals[d]], float),
+        np.zeros(4, np.int64), 1, horizon_s=100.0)
+    env = simpy.Environment()
+    recorder = Recorder(tmp_path)
+    fleet = Fleet(availability, np.array([0.1, 0.2, 0.3, 1.0]), np.zeros(4), 1)
+    wiring = Wiring(env, fleet, LinkSharing(env, paths([1000] * 4, [1000] * 4)), recorder,
+                    Streams(0), Health(10, 1.0))
+    cfg = ServerConfig(mode="async", num_rounds=3, clients_per_round=4, buffer_size=1)
+    env.process(async_server(wiring, cfg, FakeAsyncLearner(needs_losses=False),
+                             lambda r, t: None))
+    env.run()
+    recorder.merge()
+    clients = pl.read_parquet(tmp_path / "clients.parquet")
+    assert clients.filter(pl.col("round") == 1).select("client_idx", "status").rows() == [
+        (1, "dropped"), (2, "dropped"), (0, "dropped"), (1, "dropped"), (2, "aggregated")]
+    assert clients.filter(pl.col("round") == 2)["client_idx"].to_list() == [3]
+
+
+def test_a_stall_where_every_device_ran_its_task_from_the_version(tmp_path: Path) -> None:
+    # Two devices, buffer 2: device 0 leaves mid-task (dropped), device 1's update is
+    # buffered; neither may start again from version 0, so no update can come: stalled
+    # once both tasks ended, whatever the idle window's task count (10 x 2).
+    availability = from_intervals(np.array([0, 0, 1]), np.array([0.0, 2.0, 0.0]),
+                                  np.array([1.5, 100.0, 100.0]), np.zeros(2, np.int64), 1,
+                                  horizon_s=100.0)
+    env = simpy.Environment()
+    fleet = Fleet(availability, np.array([0.1, 0.1]), np.zeros(2), 1)
+    wiring = Wiring(env, fleet, LinkSharing(env, paths([1000] * 2, [1000] * 2)),
+                    Recorder(tmp_path), Streams(0), Health(10, 1.0))
+    cfg = ServerConfig(mode="async", num_rounds=3, clients_per_round=2, buffer_size=2)
+    env.process(async_server(wiring, cfg, FakeAsyncLearner(needs_losses=False),
+                             lambda r, t: None))
+    with pytest.raises(RunStalled, match=r"2 tasks ended, every device's task from this "
+                                         r"version without filling a buffer of 2 for server "
+                                         r"update 0 \(1 dropped, 1 buffered\)"):
+        env.run()
+
+
+def test_a_poll_draws_after_the_other_events_of_its_instant(tmp_path: Path) -> None:
+    # Device 0 is online from 0 s, device 1 from 1 s; tasks take 3 s (1 s down, 1 s
+    # compute, 1 s up); the server looks again every 3 s. At t = 3 device 0 arrives (v1)
+    # and the poll falls due: one draw, after the arrival, fills both slots from v1.
+    # Before, the poll drew first and device 1 started from v0, one version stale.
+    availability = from_intervals(np.array([0, 1]), np.array([0.0, 1.0]),
+                                  np.array([100.0, 100.0]), np.zeros(2, np.int64), 1,
+                                  horizon_s=100.0)
+    cfg = ServerConfig(mode="async", num_rounds=2, clients_per_round=2, buffer_size=1,
+                       wait_poll_s=3.0)
+    tables = simulate(tmp_path, cfg, availability, paths([1000] * 2, [1000] * 2),
+                      FakeAsyncLearner(needs_losses=False), np.array([0.1, 0.1]))
+    assert tables["clients"].select("client_idx", "model_version", "t_dispatch_s").rows() == [
+        (0, 0, 0.0), (0, 1, 3.0), (1, 1, 3.0)]
