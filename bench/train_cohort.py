@@ -143,6 +143,7 @@ def main() -> None:
     for model_name, k in (("linear", 100), ("convnet", 10)):
         if model_name not in args.models:
             continue
+        k = min(k, clients.num_clients)  # --clients may be fewer
         print(f"float64 max relative |batched - loop| / |loop| over {k} clients, "
               f"{model_name}: {float64_gap(clients, model_name, k):.2e}")
 

@@ -419,13 +419,14 @@ def table_exists(run_dir: Path, name: str) -> bool:
     return (run_dir / f"{name}.parquet").is_file() or (run_dir / PARTS_DIR / name).is_dir()
 
 
-def read_table(run_dir: Path, name: str) -> pl.DataFrame:
+def read_table(run_dir: str | Path, name: str) -> pl.DataFrame:
     """Table ``name`` of a run: ``<name>.parquet`` once the run is complete, else the
     rows its parts hold (a running, failed, interrupted or killed run; a table of the
     schemas without parts yet is empty).
 
     Raises FileNotFoundError when the run has neither.
     """
+    run_dir = Path(run_dir)
     path = run_dir / f"{name}.parquet"
     if path.is_file():
         return pl.read_parquet(path)

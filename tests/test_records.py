@@ -87,6 +87,7 @@ def test_parts_are_readable_while_running_and_merged_at_the_end(tmp_path: Path) 
     assert not (tmp_path / PARTS_DIR / "eval").exists()
     assert pl.read_parquet(tmp_path / "rounds.parquet").equals(running)
     assert read_table(tmp_path, "rounds").equals(running)
+    assert read_table(str(tmp_path), "rounds").equals(running)  # a path as text, as in README
     assert pl.read_parquet(tmp_path / "eval.parquet").height == 0
     assert not list(tmp_path.glob("**/*.tmp"))
 
