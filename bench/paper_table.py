@@ -367,7 +367,8 @@ def seeds_needed(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05,
     for n in range(2, most + 1):
         crit = stats.t.ppf(1 - alpha / 2, n - 1)
         shift = abs(gap) * math.sqrt(n) / sd
-        if stats.nct.sf(crit, n - 1, shift) + stats.nct.cdf(-crit, n - 1, shift) >= power:
+        lower = float(stats.nct.cdf(-crit, n - 1, shift))  # scipy: nan far out in the tail
+        if stats.nct.sf(crit, n - 1, shift) + (0.0 if math.isnan(lower) else lower) >= power:
             return str(n)
     return f"> {most}"
 

@@ -339,9 +339,14 @@ def _plot(args: argparse.Namespace) -> int:
     if args.level is not None:
         for run_dir in args.run_dirs:
             hit = reach_level(run_dir, args.level)
-            _say(f"{run_dir}: " + (f"p90 <= {args.level} at {hit['t_s'] / 3600:.2f} h, "
-                                   f"round {hit['round']}, {hit['bytes_cum'] / 1e9:.2f} GB"
-                                   if hit else f"never reaches p90 <= {args.level}"))
+            if hit is None:
+                _say(f"{run_dir}: never reaches p90 <= {args.level}")
+                continue
+            sent = hit["bytes_cum"]  # unknown: a stopped run's round not written yet
+            _say(f"{run_dir}: p90 <= {args.level} at {hit['t_s'] / 3600:.2f} h, round "
+                 f"{hit['round']}, " + (f"{sent / 1e9:.2f} GB" if sent is not None
+                                        else "bytes not known yet (the round's row is "
+                                             "written when its stragglers end)"))
     return 0
 
 

@@ -532,3 +532,20 @@ def test_plot_refuses_a_bad_figure_suffix_or_a_plots_file_before_writing(
     assert not (runs[0] / "plots").exists() and (runs[1] / "plots").read_text() == "my notes"
     assert main(["plot", str(runs[0]), "--compare", str(tmp_path / "cmp.svg")]) == 0
     assert (tmp_path / "cmp.svg").read_text().startswith("<?xml")
+
+
+def test_plot_level_says_when_the_bytes_to_reach_it_are_not_known_yet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A stopped sync run has the evaluation of its last round before that round's row
+    # (written once its stragglers end): here round 1's. The level is first reached at
+    # that evaluation (round 2: p90 0.81), whose bytes are unknown. Before, a TypeError.
+    from simfl.cli import main
+
+    run = write_run(tmp_path / "run", make_eval({0: [0.9] * 10, 1: [0.9] * 10, 2: TEN}),
+                    make_rounds([100], [50]), {"name": "fedavg"})
+    assert main(["plot", str(run), "--level", "0.85"]) == 0
+    out = capsys.readouterr().out
+    assert (f"{run}: p90 <= 0.85 at 0.06 h, round 2, bytes not known yet (the round's row "
+            "is written when its stragglers end)") in out
+    assert main(["plot", str(run), "--level", "0.95"]) == 0  # reached at round 0: 0 bytes
+    assert f"{run}: p90 <= 0.95 at 0.00 h, round 0, 0.00 GB" in capsys.readouterr().out
