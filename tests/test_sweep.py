@@ -23,6 +23,8 @@ from simfl.plots.runs import error_by_round
 from simfl.plots.study import plot_sweep
 from simfl.sweep import (
     BUSY,
+    SWEEP_FIGURES,
+    check_ray_fits,
     collect,
     is_complete,
     load_sweep,
@@ -121,8 +123,6 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     assert rows["bias"] == bias.height == 4 * 4 * 5  # runs x rounds x estimators
     assert set(bias["variant"]) == {"always", "diurnal"}
     assert sorted(set(bias["clients_per_round"])) == [4, 6]
-    from simfl.sweep import SWEEP_FIGURES  # here: the file's other tests run without it
-
     names = {p.name for p in plot_sweep(sweep.out_dir)}
     assert names == set(SWEEP_FIGURES)  # collect checks each one's target before it writes
     assert names == {"protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
@@ -614,8 +614,6 @@ def test_a_ray_sweep_asking_more_than_the_cluster_has_stops_at_once(tmp_path: Pa
 ])
 def test_check_ray_fits_asks_no_more_than_one_node_has(
         tmp_path: Path, ray: str, nodes: list[dict[str, float]], message: str) -> None:
-    from simfl.sweep import check_ray_fits  # here: the file's other tests run without it
-
     sweep = load_sweep(write(tmp_path, f'scenario = "base.toml"\n[ray]\n{ray}\n'),
                        tmp_path / "results")
     with pytest.raises(InputError, match=message):
