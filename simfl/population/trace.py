@@ -92,7 +92,9 @@ def _check(path: Path, device: np.ndarray, t_on: np.ndarray, t_off: np.ndarray,
 
 
 def read_trace(path: str | Path, num_devices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Read and check a trace; returns (device, t_on_s, t_off_s) sorted by device, time."""
+    """Read and check a trace; returns (device, t_on_s, t_off_s) sorted by device, time,
+    a device's intervals that touch ([a, b) then [b, c)) joined into one ([a, c)): the
+    device stays online, and ``online_until`` reads one interval."""
     path = Path(path)
     device, t_on, t_off = _columns(_load(path), path)
     _check(path, device, t_on, t_off, num_devices)
@@ -104,4 +106,6 @@ def read_trace(path: str | Path, num_devices: int) -> tuple[np.ndarray, np.ndarr
         row = int(order[overlap[0] + 1])
         raise InputError(f"{path}: row {row}: device {device[overlap[0]]} has overlapping "
                          "online intervals")
-    return device, t_on, t_off
+    starts = np.concatenate([[True], ~(same & (t_on[1:] == t_off[:-1]))])  # a new interval
+    ends = np.concatenate([starts[1:], [True]])
+    return device[starts], t_on[starts], t_off[ends]

@@ -191,10 +191,22 @@ def test_trace_round_trip(tmp_path: Path, suffix: str) -> None:
 
 def test_trace_rows_in_any_order(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
-    write_trace(path, np.array([1, 0, 1]), np.array([50.0, 0.0, 0.0]),
+    write_trace(path, np.array([1, 0, 1]), np.array([55.0, 0.0, 0.0]),
                 np.array([60.0, np.inf, 50.0]))
     device, t_on, t_off = read_trace(path, 2)
-    assert list(device) == [0, 1, 1] and list(t_on) == [0, 0, 50] and t_off[0] == np.inf
+    assert list(device) == [0, 1, 1] and list(t_on) == [0, 0, 55] and t_off[0] == np.inf
+
+
+def test_touching_intervals_of_a_device_are_joined(tmp_path: Path) -> None:
+    # [0, 100) then [100, 200): online throughout, so a task over [50, 150) finds the
+    # device online and online_until says 200 (it said 100: the task was lost at 100)
+    path = tmp_path / "t.csv"
+    write_trace(path, np.array([0, 0, 1, 0]), np.array([0.0, 100.0, 5.0, 200.0]),
+                np.array([100.0, 200.0, 10.0, 250.0]))
+    device, t_on, t_off = read_trace(path, 2)
+    assert (list(device), list(t_on), list(t_off)) == ([0, 1], [0, 5], [250, 10])
+    av = from_intervals(device, t_on, t_off, np.zeros(2, np.int64), 1)
+    assert av.online_until(0, 50.0) == 250.0 and av.online_until(1, 6.0) == 10.0
 
 
 @pytest.mark.parametrize(("rows", "message"), [
