@@ -106,6 +106,7 @@ def read_trace(path: str | Path, num_devices: int) -> tuple[np.ndarray, np.ndarr
         row = int(order[overlap[0] + 1])
         raise InputError(f"{path}: row {row}: device {device[overlap[0]]} has overlapping "
                          "online intervals")
-    starts = np.concatenate([[True], ~(same & (t_on[1:] == t_off[:-1]))])  # a new interval
-    ends = np.concatenate([starts[1:], [True]])
+    starts = np.ones(len(device), dtype=bool)  # rows that begin a joined interval
+    starts[1:] = ~(same & (t_on[1:] == t_off[:-1]))
+    ends = np.append(starts[1:], True) if len(device) else starts
     return device[starts], t_on[starts], t_off[ends]
