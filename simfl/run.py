@@ -71,10 +71,9 @@ from simfl.train import build_model, initial_params
 from simfl.train.local import LocalWork
 
 MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.cohort)
+MAX_AVAILABILITY_HOURS = 1_000_000  # availability.parquet: at most this many rows a region
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
 
-
-MAX_AVAILABILITY_HOURS = 1_000_000  # availability.parquet: at most this many rows a region
 
 # What a run directory holds, all written by simfl: only these are ever deleted, by
 # --overwrite (records.Layout).
@@ -101,15 +100,22 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, advise: bool = True) -> None
         return
     if not overwrite:
         raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
-    if not (run_dir / "manifest.json").is_file() or not is_run_manifest(read_manifest(run_dir)):
-        advice = "; --overwrite only replaces a run and deletes nothing else"
-        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json)"
-                         f"{advice if advise else ''}")
+    manifest = read_manifest(run_dir) if (run_dir / "manifest.json").is_file() else {}
+    advice = ("; --overwrite only replaces a run and deletes nothing else",
+              "; --overwrite would delete it (move it, or choose another --out)")
+    _check_simfl_run(run_dir, manifest, advice if advise else ("", ""))
+
+
+def _check_simfl_run(run_dir: Path, manifest: dict[str, Any], advice: tuple[str, str]) -> None:
+    """InputError unless ``manifest`` (``run_dir``'s) is one a simfl run wrote and
+    ``run_dir`` holds nothing :data:`RUN_LAYOUT` does not name; ``advice``: what each of
+    the two messages ends with."""
+    if not is_run_manifest(manifest):
+        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json){advice[0]}")
     foreign = foreign_entry(run_dir, RUN_LAYOUT)
     if foreign is not None:
-        advice = "; --overwrite would delete it (move it, or choose another --out)"
         raise InputError(f"{run_dir}: holds {str(foreign.relative_to(run_dir))!r}, which simfl "
-                         f"did not write{advice if advise else ''}")
+                         f"did not write{advice[1]}")
 
 
 def is_run_manifest(manifest: dict[str, Any]) -> bool:
@@ -165,13 +171,8 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
     if manifest.get("status") == "complete":
         raise InputError(f"{run_dir}: the run is already complete")
-    if not is_run_manifest(manifest):
-        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json); nothing "
-                         f"to resume")
-    foreign = foreign_entry(run_dir, RUN_LAYOUT)
-    if foreign is not None:  # resuming rewrites the run's tables around it
-        raise InputError(f"{run_dir}: holds {str(foreign.relative_to(run_dir))!r}, which "
-                         f"simfl did not write; move it out before resuming")
+    # resuming rewrites the run's tables around what else is there
+    _check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
     scenario = from_dict(manifest["scenario"], source=str(run_dir / "manifest.json"))
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
