@@ -105,6 +105,24 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("region", pa.string()),
         ("num_online", pa.int64()),
     ]),
+    "devices": pa.schema([  # one row per training device, written as the run ends
+        ("client_idx", pa.int64()),
+        ("client_id", pa.string()),
+        ("region", pa.string()),
+        ("utc_offset_h", pa.float64()),
+        # long-run online share (the day's mean of its profile; always 1; null: a trace)
+        ("propensity", pa.float64()),
+        ("logit_shift", pa.float64()),  # habits: z, its profile σ(g(u − phase) + z); else 0
+        ("phase_h", pa.float64()),  # habits: its profile shifted later by this; else 0
+        ("session_mean_s", pa.float64()),  # mean online session (null: always, trace)
+        ("speed_rel", pa.float64()),  # training speed relative to the median phone
+        ("train_s_per_sample", pa.float64()),
+        ("down_bytes_per_s", pa.float64()),
+        ("up_bytes_per_s", pa.float64()),
+        ("latency_s", pa.float64()),
+        ("num_samples", pa.int64()),
+        ("covariate", pa.float64()),  # population.covariate of its data (manifest names it)
+    ]),
     "eval": pa.schema([
         ("round", pa.int64()),  # rounds completed when evaluated (0 = initial model)
         ("t_s", pa.float64()),
@@ -203,7 +221,29 @@ class AvailabilityRows:
     num_online: Column
 
 
-Rows = RoundRow | ClientRows | CommRows | EvalRows | AvailabilityRows
+@dataclass(frozen=True)
+class DeviceRows:
+    """devices.parquet rows: every training device, its habits, links and data size."""
+
+    TABLE: ClassVar[str] = "devices"
+    client_idx: Column
+    client_id: Column
+    region: Column
+    utc_offset_h: Column
+    propensity: np.ma.MaskedArray
+    logit_shift: Column
+    phase_h: Column
+    session_mean_s: np.ma.MaskedArray
+    speed_rel: Column
+    train_s_per_sample: Column
+    down_bytes_per_s: Column
+    up_bytes_per_s: Column
+    latency_s: Column
+    num_samples: Column
+    covariate: Column
+
+
+Rows = RoundRow | ClientRows | CommRows | EvalRows | AvailabilityRows | DeviceRows
 
 
 @dataclass(frozen=True)

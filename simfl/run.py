@@ -41,6 +41,7 @@ from simfl.data.covariates import client_covariate
 from simfl.errors import InputError
 from simfl.metrics import error_summary
 from simfl.population import known_rates
+from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
 from simfl.population.compute import describe_origin
 from simfl.quantile.panel import EstimatorPanel
@@ -52,6 +53,7 @@ from simfl.records import (
     RUN_PLOTS,
     SCHEMAS,
     AvailabilityRows,
+    DeviceRows,
     EvalRows,
     Layout,
     Recorder,
@@ -286,6 +288,7 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
             health.check_end()
         with signals_deferred():  # the parts and checkpoint stay until the manifest says complete
             _record_availability(built.population, recorder, run_dir, scenario, end_s)
+            _record_devices(built, scenario, recorder)
             recorder.merge()
             manifest.update(status="complete", wall_s=wall_s(), summary=summary,
                             health=health.summary())
@@ -338,6 +341,24 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
         population.availability.write_trace(run_dir / "availability_intervals.parquet")
 
 
+def _record_devices(built: _Built, scenario: Scenario, recorder: Recorder) -> None:
+    """devices.parquet: every training device's region, habits, speed, links and data."""
+    population, train = built.population, built.learner.data.train
+    devices, n = population.devices, population.devices.num_devices
+    habits = habit_columns(scenario.population.availability, n, population.habits)
+    covariate = population.covariate if population.covariate is not None else np.full(n, np.nan)
+    recorder.write(DeviceRows(
+        client_idx=devices.client_idx, client_id=list(train.client_ids),
+        region=np.array(devices.region_names)[devices.region_idx].tolist(),
+        utc_offset_h=devices.utc_offset_s / 3600.0,
+        propensity=np.ma.masked_invalid(habits["propensity"]),
+        logit_shift=habits["logit_shift"], phase_h=habits["phase_h"],
+        session_mean_s=np.ma.masked_invalid(habits["session_mean_s"]),
+        speed_rel=devices.speed_rel, train_s_per_sample=devices.train_s_per_sample,
+        down_bytes_per_s=devices.down_bytes_per_s, up_bytes_per_s=devices.up_bytes_per_s,
+        latency_s=devices.latency_s, num_samples=train.num_samples, covariate=covariate))
+
+
 def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: bool,
               checkpoints: Checkpointer,
               health: Health) -> tuple[dict[str, dict[str, float]], float]:
@@ -372,7 +393,7 @@ def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: b
                                learner.data.train.num_clients, streams,
                                strata=population.devices.region_idx,
                                known_rates=known_rates(scenario.population.availability,
-                                                       population.devices))
+                                                       population.devices, population.habits))
         learner.use_estimators(panel, scenario.estimator.bias_every)
     evaluate(0, 0.0)
     devices = population.devices

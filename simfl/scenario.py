@@ -256,9 +256,38 @@ DEFAULT_ONLINE_PROB_BY_HOUR = (
 )
 
 
+# Spreads of the habits mode (simfl.population.habits). Falaki et al., "Diversity in
+# smartphone usage" (MobiSys 2010), found users differing by one or more orders of
+# magnitude: 10 to 200 interactions a day over 255 users (abstract), and session lengths
+# spread as widely (§4). Read as the 1st to 99th percentile of a lognormal (4.65 standard
+# deviations), a 20x range of the odds of being online gives ln 20 / 4.65 = 0.64 on the
+# logit scale and a 10x range of mean session lengths ln 10 / 4.65 = 0.49: a mapping from
+# interactions to availability that is assumed, not measured. No published spread of
+# chronotypes among phones was found: 1 hour is assumed.
+HABIT_PROPENSITY_LOGIT_SD = 0.64
+HABIT_SESSION_LOG_SD = 0.49
+HABIT_PHASE_SD_H = 1.0
+RANK_CORRELATION: Check = (lambda v: -1 <= v <= 1, "must be in [-1, 1]")
+
+
+@dataclass(frozen=True)
+class HabitsConfig:
+    """Per-device habits of the ``habits`` availability mode (docs/design.md §3)."""
+
+    propensity_logit_sd: float = _f(HABIT_PROPENSITY_LOGIT_SD,
+                                    (lambda v: 0 <= v <= 5, "must be in [0, 5]"))
+    phase_sd_h: float = _f(HABIT_PHASE_SD_H, (lambda v: 0 <= v <= 12, "must be in [0, 12]"))
+    session_log_sd: float = _f(HABIT_SESSION_LOG_SD, (lambda v: 0 <= v <= 3, "must be in [0, 3]"))
+    # Spearman rank correlation, within each region, of the device's propensity (phase) with
+    # population.covariate (independent of population.region_assignment)
+    covariate_correlation: float = _f(0.0, RANK_CORRELATION)
+    phase_correlation: float = _f(0.0, RANK_CORRELATION)
+
+
 @dataclass(frozen=True)
 class AvailabilityConfig:
-    mode: Literal["always", "diurnal", "trace"] = "always"
+    # habits: diurnal, each device with its own propensity, phase and session length
+    mode: Literal["always", "diurnal", "habits", "trace"] = "always"
     online_prob_by_hour: tuple[float, ...] = _f(
         DEFAULT_ONLINE_PROB_BY_HOUR,
         (lambda v: len(v) == 24 and all(0 < p < 1 for p in v), "must be 24 numbers in (0, 1)"),
@@ -267,6 +296,7 @@ class AvailabilityConfig:
     horizon_s: float = _f(7 * 86400.0, POSITIVE)  # diurnal: simulated time precomputed
     log_intervals: bool = False  # also write availability_intervals.parquet
     trace_path: str = ""  # trace: Parquet/CSV with columns client_idx, t_on_s, t_off_s
+    habits: HabitsConfig = _f(HabitsConfig)
 
 
 @dataclass(frozen=True)
@@ -477,6 +507,13 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
             raise InputError(f"{source}: 'estimator.{key}' is set but no estimator that "
                              f"reads it ({', '.join(readers)}) is 'estimator.name' or in "
                              f"'estimator.shadow'")
+    availability = scenario.population.availability
+    if availability.mode != "habits" and availability.habits != HabitsConfig():
+        changed = next(f.name for f in dataclasses.fields(HabitsConfig)
+                       if getattr(availability.habits, f.name) != getattr(HabitsConfig(), f.name))
+        raise InputError(f"{source}: 'population.availability.habits.{changed}' has no meaning "
+                         f"with 'population.availability.mode' = {availability.mode!r} "
+                         f"(only 'habits' reads it)")
     if est.bias_every == 0 and est.decomposition_draws != est_default.decomposition_draws:
         raise InputError(f"{source}: 'estimator.decomposition_draws' has no meaning with "
                          f"'estimator.bias_every' = 0 (no bias rounds)")

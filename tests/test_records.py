@@ -20,6 +20,7 @@ from simfl.records import (
     ClientRows,
     Committed,
     CommRows,
+    DeviceRows,
     EvalRows,
     Recorder,
     RoundRow,
@@ -38,7 +39,8 @@ def append_rounds(recorder: Recorder, rounds: range) -> None:
                                 bytes_down=100 * r, bytes_up=50 * r))
 
 
-@pytest.mark.parametrize("rows", [RoundRow, ClientRows, CommRows, EvalRows, AvailabilityRows])
+@pytest.mark.parametrize("rows", [RoundRow, ClientRows, CommRows, EvalRows, AvailabilityRows,
+                                  DeviceRows])
 def test_each_row_builder_is_its_tables_schema(rows: type) -> None:
     assert [f for f in rows.__dataclass_fields__ if f != "TABLE"] == SCHEMAS[rows.TABLE].names
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from simfl.errors import InputError, RunFailed
 from simfl.population.diurnal import ProfileRates, diurnal_intervals
+from simfl.population.habits import HabitRates, Habits, habit_intervals, propensity
 from simfl.population.table import DeviceTable
 from simfl.population.trace import read_trace, write_trace
 from simfl.rng import Streams
@@ -215,9 +216,10 @@ def always_online(region_idx: np.ndarray, num_regions: int) -> Availability:
                           region_idx, num_regions)
 
 
-def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
-                       streams: Streams) -> Availability:
-    """The availability of ``devices`` for the configured mode (always / diurnal / trace)."""
+def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
+                       habits: Habits | None = None) -> Availability:
+    """The availability of ``devices`` for the configured mode (always / diurnal / habits /
+    trace); ``habits``: each device's, for mode ``habits``."""
     num_regions = len(devices.region_names)
     if cfg.mode == "always":
         return always_online(devices.region_idx, num_regions)
@@ -232,9 +234,12 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
                              "(population.availability.trace_path)")
         return traced
     check_diurnal_work(cfg, devices.num_devices)
-    intervals = diurnal_intervals(devices.utc_offset_s, cfg.online_prob_by_hour,
-                                  cfg.session_mean_s, cfg.horizon_s,
-                                  streams.numpy("availability"))
+    rng = streams.numpy("availability")
+    if habits is not None:
+        intervals = habit_intervals(devices.utc_offset_s, habits, cfg.horizon_s, rng)
+    else:
+        intervals = diurnal_intervals(devices.utc_offset_s, cfg.online_prob_by_hour,
+                                      cfg.session_mean_s, cfg.horizon_s, rng)
     availability = from_csr(*intervals, devices.region_idx, num_regions, cfg.horizon_s)
     if availability.t_on_s.size == 0:
         raise InputError("population.availability: no device is ever online before "
@@ -243,11 +248,14 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
     return availability
 
 
-def known_rates(cfg: AvailabilityConfig, devices: DeviceTable) -> ProfileRates | None:
+def known_rates(cfg: AvailabilityConfig, devices: DeviceTable,
+                habits: Habits | None = None) -> ProfileRates | HabitRates | None:
     """The model's true online probability of each device (None for a trace, whose rates
     no model states): the oracle of the ``ipw_known`` estimator."""
     if cfg.mode == "trace":
         return None
+    if habits is not None:
+        return HabitRates(devices.utc_offset_s, habits)
     profile = (1.0,) * 24 if cfg.mode == "always" else cfg.online_prob_by_hour
     return ProfileRates(devices.utc_offset_s, profile)
 
@@ -259,10 +267,28 @@ def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int) -> None:
     longer than ``session_mean_s`` on average (the off-hazard is at least its
     reciprocal), so it has at least ``horizon_s p̄ / session_mean_s`` of them."""
     mean_p = float(np.mean(cfg.online_prob_by_hour))
-    at_least = num_devices * cfg.horizon_s * mean_p / cfg.session_mean_s
+    # habits: session means lognormal around session_mean_s, whose inverse has mean
+    # exp(τ²) / session_mean_s
+    spread = math.exp(cfg.habits.session_log_sd ** 2) if cfg.mode == "habits" else 1.0
+    at_least = num_devices * cfg.horizon_s * mean_p * spread / cfg.session_mean_s
     if at_least > MAX_INTERVALS:
         raise InputError(
             f"population.availability: session_mean_s = {cfg.session_mean_s!r} s over "
             f"horizon_s = {cfg.horizon_s:.0f} s gives {num_devices} devices at least "
             f"{at_least:.3g} online sessions to precompute (limit {MAX_INTERVALS:.0e}): "
             f"raise session_mean_s or shorten horizon_s")
+
+
+def habit_columns(cfg: AvailabilityConfig, num_devices: int, habits: Habits | None
+                  ) -> dict[str, np.ndarray]:
+    """Each device's availability habits as devices.parquet columns: propensity (its
+    long-run online share; NaN for a trace), logit_shift, phase_h and session_mean_s
+    (NaN where the mode has no sessions). Without habits every device has the mode's."""
+    if habits is not None:
+        return {"propensity": propensity(habits), "logit_shift": habits.logit_shift,
+                "phase_h": habits.phase_s / 3600.0, "session_mean_s": habits.session_mean_s}
+    share = {"always": 1.0, "diurnal": float(np.mean(cfg.online_prob_by_hour))}
+    session = cfg.session_mean_s if cfg.mode == "diurnal" else math.nan
+    return {"propensity": np.full(num_devices, share.get(cfg.mode, math.nan)),
+            "logit_shift": np.zeros(num_devices), "phase_h": np.zeros(num_devices),
+            "session_mean_s": np.full(num_devices, session)}

@@ -20,6 +20,7 @@ from simfl.population.devices import build_devices
 from simfl.population.diurnal import (
     DAY_S,
     HOUR_S,
+    DayHazard,
     ProfileRates,
     diurnal_hazards,
     diurnal_intervals,
@@ -251,8 +252,26 @@ def test_diurnal_is_reproducible() -> None:
 
 
 def test_day_hazard_inverse_is_exact() -> None:
+    one = np.zeros(100_000, dtype=np.int64)
     for hazard in diurnal_hazards(PROFILE, 1800.0):
         local = np.random.default_rng(0).uniform(0, 9 * DAY_S, 100_000)
-        h = hazard.at(local)
-        assert np.all(np.diff(hazard.at(np.sort(local))) >= 0)
-        np.testing.assert_allclose(hazard.inverse(h), local, rtol=0, atol=1e-6)
+        h = hazard.at(local, one)
+        assert np.all(np.diff(hazard.at(np.sort(local), one)) >= 0)
+        np.testing.assert_allclose(hazard.inverse(h, one), local, rtol=0, atol=1e-6)
+
+
+def test_day_hazard_classes_are_each_their_own_table() -> None:
+    """Rows of a many-class table answer as the one-class tables they were built from."""
+    rng = np.random.default_rng(1)
+    tables = [diurnal_hazards(PROFILE, s) for s in (600.0, 1800.0, 7200.0)]
+    rates = [np.diff(t[1].cumulative[0]) / 60.0 for t in tables]
+    stacked = DayHazard.from_rates(tables[0][1].grid_s, np.stack(rates))
+    cls = rng.integers(0, 3, 50_000)
+    local = rng.uniform(0, 5 * DAY_S, 50_000)
+    for c, (_, alone) in enumerate(tables):
+        mine = cls == c
+        zeros = np.zeros(mine.sum(), dtype=np.int64)
+        np.testing.assert_allclose(stacked.at(local, cls)[mine], alone.at(local[mine], zeros),
+                                   rtol=1e-12)
+        h = alone.at(local[mine], zeros)
+        np.testing.assert_allclose(stacked.inverse(h, cls[mine]), local[mine], atol=1e-6)
