@@ -143,9 +143,10 @@ class AggregatorConfig:
 
 
 # ipw_known is an oracle for the study (the availability model's true online rates);
-# ipw_days is ipw with the online rates from the check-ins of earlier UTC days only.
+# ipw_days is ipw with the online rates from the check-ins of earlier UTC days only;
+# poststrat_history post-stratifies on region x the earlier days' check-in rate.
 ESTIMATORS = Literal["cohort_exact", "secure_mm", "secure_bisection", "tracking", "ipw",
-                     "ipw_days", "poststrat", "ipw_known"]
+                     "ipw_days", "poststrat", "poststrat_history", "ipw_known"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,11 @@ class IPWConfig:
 
 
 @dataclass(frozen=True)
+class HistoryConfig:
+    bins: int = _f(4, (lambda v: 1 <= v <= 100, "must be in [1, 100]"))  # per region
+
+
+@dataclass(frozen=True)
 class EstimatorConfig:
     """How the server estimates the Δ-FL threshold (simfl/quantile/estimators.py)."""
 
@@ -192,6 +198,7 @@ class EstimatorConfig:
     secure_bisection: BisectionConfig = _f(BisectionConfig)
     tracking: TrackingConfig = _f(TrackingConfig)
     ipw: IPWConfig = _f(IPWConfig)
+    poststrat_history: HistoryConfig = _f(HistoryConfig)  # strata of check-in rate
 
 
 @dataclass(frozen=True)
@@ -439,7 +446,7 @@ ASYNC_REFUSED = {
 MAX_POLLS = 1_000_000
 # The threshold comes from the buffer's loss reports, sent in the clear with the updates:
 # the devices of a buffer are gone by then, so no multi-round protocol can run.
-ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "ipw_days", "poststrat")
+ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "ipw_days", "poststrat", "poststrat_history")
 
 
 def _check_server(scenario: Scenario, source: str) -> None:
@@ -484,6 +491,7 @@ AGGREGATOR_KEYS: dict[str, tuple[str, ...]] = {
 ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
     "secure_mm": ("secure_mm",), "secure_bisection": ("secure_bisection",),
     "tracking": ("tracking",), "ipw": ("ipw", "ipw_days"),
+    "poststrat_history": ("poststrat_history",),
     "noise_std": ("secure_mm", "secure_bisection", "tracking"),
 }
 

@@ -49,6 +49,9 @@ estimator only uses what its protocol would reveal to the server:
   (``CheckIns(earlier_days=True)``): within a session a device online now was
   online in the earlier rounds of the hour too, which biases ``ipw``'s π̂ up the
   same way, less. On the first day every π̂ is the prior's 1/2 (equal weights).
+- ``poststrat_history``: ``poststrat`` on strata of region × the device's check-in
+  rate over earlier days (:class:`HistoryStratified` derives it and says when it is
+  unbiased); for availability that varies inside regions with the data.
 - ``poststrat``: the cohort quantile with each device's weight scaled by
   N_s / m_s, N_s the training devices of its stratum (its region, which the
   server knows at registration) and m_s the cohort devices of that stratum, so
@@ -347,6 +350,71 @@ class PostStratified:
         stratum = self.strata[cohort.client_idx]
         in_cohort = np.bincount(stratum, minlength=population.size)
         scale = population[stratum] / in_cohort[stratum]
+        return Estimate(weighted_quantile(cohort.losses, cohort.weights * scale, level))
+
+
+@dataclass(frozen=True)
+class HistoryStratified:
+    """Post-stratification on region × check-in history (``poststrat_history``).
+
+    The server knows each device's region (at registration) and which devices checked
+    in at every earlier round, so it can rank the devices of a region by their
+    check-in rate over earlier UTC days, r_k = Σ_h c_kh / Σ_h n_h (the ``ipw_days``
+    record, CheckIns(earlier_days=True)), and cut each region into ``bins`` strata at
+    the quantiles of r (ties stay in one stratum). Write F for the population's
+    α-weighted loss CDF; with strata s = (region g, bin b),
+
+        F(x) = Σ_g (N_g / N) Σ_b (N_gb / N_g) F_gb(x),
+
+    and the cohort members of stratum gb estimate F_gb. Each cohort member of stratum
+    gb gets the weight α_k (N_gb / m_gb) (N_g / Σ_{b': m_gb' > 0} N_gb'): its stratum's
+    population over its cohort count, with a region's strata absent from the cohort
+    folded into its present ones, so the region keeps its population share as in
+    ``poststrat`` (which this equals with one bin, or before any day has ended).
+
+    Assumption: within a stratum, being online now is independent of the loss. It
+    holds when the devices' online probabilities vary only across strata: when
+    availability depends on the data through the region and through a propensity that
+    the check-in rate identifies (the ``habits`` mode's propensity, tied to a
+    covariate). It fails, and the estimate stays biased, where the history does not
+    identify what the data correlates with: within-bin spread of the propensity
+    (few days, few bins), a phase (chronotype) tied to the data (the daily rate does
+    not see when in the day a device is online), the first day (no history), and a
+    region absent from the cohort (its share is lost, as in ``poststrat``).
+    """
+
+    strata: np.ndarray  # (N,) the region of every training device
+    checkins: CheckIns  # the earlier days' record
+    bins: int = 4
+    name: str = "poststrat_history"
+    losses_in_clear: bool = True
+
+    def history_strata(self) -> np.ndarray:
+        """(N,) stratum of each device: region × bin of its earlier days' check-in rate."""
+        rounds = self.checkins.rounds.sum()
+        if rounds == 0 or self.bins == 1:
+            return self.strata * self.bins
+        rate = self.checkins.seen.sum(axis=1) / rounds
+        stratum = np.empty_like(self.strata)
+        for region in np.unique(self.strata):
+            members = self.strata == region
+            cuts = np.quantile(rate[members], np.arange(1, self.bins) / self.bins)
+            stratum[members] = region * self.bins + np.searchsorted(cuts, rate[members],
+                                                                    side="left")
+        return stratum
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+        stratum_of = self.history_strata()
+        size = self.strata.max() * self.bins + self.bins
+        population = np.bincount(stratum_of, minlength=size).astype(float)
+        stratum = stratum_of[cohort.client_idx]
+        in_cohort = np.bincount(stratum, minlength=size)
+        present = population * (in_cohort > 0)
+        region_total = population.reshape(-1, self.bins).sum(axis=1)
+        region_present = present.reshape(-1, self.bins).sum(axis=1)
+        region = stratum // self.bins
+        scale = (population[stratum] / in_cohort[stratum]
+                 * region_total[region] / region_present[region])
         return Estimate(weighted_quantile(cohort.losses, cohort.weights * scale, level))
 
 

@@ -49,6 +49,7 @@ from simfl.quantile.estimators import (
     CohortExact,
     Estimate,
     Estimator,
+    HistoryStratified,
     OnlineRates,
     PostStratified,
     SecureBisection,
@@ -73,13 +74,16 @@ def _factories(cfg: EstimatorConfig, checkins: CheckIns, checkins_days: CheckIns
         "ipw": lambda: IPW(checkins),
         "ipw_days": lambda: IPW(_days(checkins_days), name="ipw_days"),
         "poststrat": lambda: PostStratified(strata),
+        "poststrat_history": lambda: HistoryStratified(strata, _days(checkins_days),
+                                                       cfg.poststrat_history.bins),
         "ipw_known": lambda: IPW(_known(known_rates), name="ipw_known"),
     }
 
 
 def _days(checkins: CheckIns | None) -> CheckIns:
-    if checkins is None:  # the panel makes the record whenever ipw_days is configured
-        raise ValueError("estimator 'ipw_days' without its check-in record")
+    if checkins is None:  # the panel makes the record whenever it is configured
+        raise ValueError("estimator 'ipw_days' or 'poststrat_history' without its check-in "
+                         "record")
     return checkins
 
 
@@ -106,7 +110,7 @@ class EstimatorPanel:
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
         self.checkins = CheckIns(num_devices, cfg.ipw.prior)
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
-        if "ipw_days" in names:  # an (N, 24) record: only when it is used
+        if {"ipw_days", "poststrat_history"} & set(names):  # an (N, 24) record: when used
             self.checkins_days = CheckIns(num_devices, cfg.ipw.prior, earlier_days=True)
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
@@ -114,7 +118,8 @@ class EstimatorPanel:
                                np.asarray(strata, dtype=np.int64), known_rates)
         self.estimators: list[Estimator] = [factories[name]() for name in names]
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0
-        self.wants_checkins = self.draws > 0 or any(isinstance(e, IPW) for e in self.estimators)
+        self.wants_checkins = self.draws > 0 or any(isinstance(e, IPW | HistoryStratified)
+                                                    for e in self.estimators)
         self.online = np.arange(num_devices)  # devices online when the last round opened
         self.before: list[Estimator] = self.estimators  # their state before this round
 
