@@ -90,7 +90,7 @@ def _copula_latent(region_idx: np.ndarray, covariate: np.ndarray | None, rank_co
                    rng: np.random.Generator) -> np.ndarray:
     """(N,) standard normal latents whose Spearman correlation with ``covariate`` within
     each region is ``rank_corr`` (ties broken at random); independent when 0."""
-    n = region_idx.shape[0]
+    n = int(region_idx.shape[0])
     noise = rng.standard_normal(n)
     if rank_corr == 0 or covariate is None:
         return noise
