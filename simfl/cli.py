@@ -72,12 +72,35 @@ def _plot_parser() -> argparse.ArgumentParser:
 def _trace_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simfl trace",
-        description="Write a scenario's device availability (online intervals) as a trace.")
+        description="Write a scenario's device availability (online intervals) as a trace. "
+                    "Also: trace convert (from FedScale or FLASH); "
+                    "python -m simfl trace convert --help.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key")
+    return parser
+
+
+def _trace_convert_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m simfl trace convert",
+        description="Convert a FedScale or FLASH device-availability trace into simfl's "
+                    "trace format (docs/design.md section 3).")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-fedscale", type=Path, metavar="FILE",
+                        help="FedScale's client_behave_trace (a pickle of plain data)")
+    source.add_argument("--from-flash", type=Path, metavar="FILE",
+                        help="FLASH's state_traces.json")
+    parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    parser.add_argument("--start-s", type=float, default=0.0, metavar="S",
+                        help="simulated second of the trace's origin (FedScale's time 0, "
+                             "midnight of a FLASH trace's first day); default 0")
+    parser.add_argument("--horizon-s", type=float, metavar="H",
+                        help="repeat each client's pattern, as FedScale and FLASH do, to "
+                             "cover simulated [0, H) (default: its recorded span once)")
     return parser
 
 
@@ -190,7 +213,8 @@ COMMANDS = {  # name: one line of help
     "run": "run a scenario (the default: python -m simfl SCENARIO.toml)",
     "resume": "continue a killed, interrupted or failed run from its last checkpoint",
     "plot": "figures from runs' Parquet tables; --compare overlays several runs",
-    "trace": "write a scenario's device availability as a trace file",
+    "trace": "write a scenario's device availability as a trace file, or convert one "
+             "(FedScale, FLASH)",
     "sweep": "run every scenario of a sweep (Ray tasks, or in turn); --status",
     "collect": "gather a sweep's finished runs into one table per kind, with figures",
     "drfl": "DRFL's breast-cancer noise study (needs the drfl extra)",
@@ -220,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "plot":
             return _plot(_plot_parser().parse_args(rest))
         if command == "trace":
-            return _trace(_trace_parser().parse_args(rest))
+            return _trace_command(rest)
         if command == "resume":
             return _resume(_resume_parser().parse_args(rest))
         if command == "drfl":
@@ -357,6 +381,31 @@ def _trace(args: argparse.Namespace) -> int:
     check_output_file(args.out, args.overwrite, "trace", (".parquet", ".csv"))
     num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
     _say(f"{args.out}: {num_intervals} online intervals")
+    return 0
+
+
+def _trace_command(rest: list[str]) -> int:
+    """``trace convert ...`` by its first word; else the scenario form ``trace
+    SCENARIO.toml --out ...`` (a scenario file named ``convert`` is given as ./convert)."""
+    if rest[:1] == ["convert"]:
+        return _trace_convert(_trace_convert_parser().parse_args(rest[1:]))
+    return _trace(_trace_parser().parse_args(rest))
+
+
+def _trace_convert(args: argparse.Namespace) -> int:
+    from simfl.population.trace import write_trace
+    from simfl.population.trace_formats import convert_trace
+
+    check_output_file(args.out, args.overwrite, "trace", (".parquet", ".csv"))
+    source = "fedscale" if args.from_fedscale else "flash"
+    trace = convert_trace(args.from_fedscale or args.from_flash, source, args.start_s,
+                          args.horizon_s)
+    write_trace(args.out, trace.client_idx, trace.t_on_s, trace.t_off_s, trace.row_client_id)
+    kept = len(trace.client_ids)
+    _say(f"{args.out}: {kept} devices (client_idx in the order of their ids; client_id "
+         f"column), {trace.t_on_s.size} online intervals; of the {trace.num_source} clients, "
+         f"left out {trace.num_invalid} invalid and {trace.num_source - kept - trace.num_invalid} "
+         "never online")
     return 0
 
 
