@@ -73,8 +73,8 @@ def _trace_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simfl trace",
         description="Write a scenario's device availability (online intervals) as a trace. "
-                    "Also: trace convert (from FedScale or FLASH); "
-                    "python -m simfl trace convert --help.")
+                    "Also: trace convert (from FedScale or FLASH) and trace stats; "
+                    "python -m simfl trace convert --help, ... trace stats --help.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
@@ -102,6 +102,27 @@ def _trace_convert_parser() -> argparse.ArgumentParser:
                         help="repeat each client's pattern, as FedScale and FLASH do, to "
                              "cover simulated [0, H) (default: its recorded span once)")
     return parser
+
+
+def _trace_stats_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m simfl trace stats",
+        description="Availability statistics of a trace or of a scenario's model: online "
+                    "share by hour of the day, quantiles of device online share, session "
+                    "and gap lengths, devices online per day.")
+    parser.add_argument("source", type=Path, help="trace (.parquet or .csv) or scenario (.toml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario key")
+    parser.add_argument("--num-devices", type=_positive_int, metavar="N",
+                        help="a trace's device count, the never-online ones included "
+                             "(default: its highest client_idx + 1)")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _sweep_parser(command: str) -> argparse.ArgumentParser:
@@ -213,8 +234,7 @@ COMMANDS = {  # name: one line of help
     "run": "run a scenario (the default: python -m simfl SCENARIO.toml)",
     "resume": "continue a killed, interrupted or failed run from its last checkpoint",
     "plot": "figures from runs' Parquet tables; --compare overlays several runs",
-    "trace": "write a scenario's device availability as a trace file, or convert one "
-             "(FedScale, FLASH)",
+    "trace": "write, convert (FedScale, FLASH) or summarise device availability traces",
     "sweep": "run every scenario of a sweep (Ray tasks, or in turn); --status",
     "collect": "gather a sweep's finished runs into one table per kind, with figures",
     "drfl": "DRFL's breast-cancer noise study (needs the drfl extra)",
@@ -385,10 +405,13 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _trace_command(rest: list[str]) -> int:
-    """``trace convert ...`` by its first word; else the scenario form ``trace
-    SCENARIO.toml --out ...`` (a scenario file named ``convert`` is given as ./convert)."""
+    """``trace convert ...`` and ``trace stats ...`` by their first word; else the
+    scenario form ``trace SCENARIO.toml --out ...`` (a scenario file named ``convert``
+    or ``stats`` is given as ./convert)."""
     if rest[:1] == ["convert"]:
         return _trace_convert(_trace_convert_parser().parse_args(rest[1:]))
+    if rest[:1] == ["stats"]:
+        return _trace_stats(_trace_stats_parser().parse_args(rest[1:]))
     return _trace(_trace_parser().parse_args(rest))
 
 
@@ -407,6 +430,48 @@ def _trace_convert(args: argparse.Namespace) -> int:
          f"left out {trace.num_invalid} invalid and {trace.num_source - kept - trace.num_invalid} "
          "never online")
     return 0
+
+
+def _trace_stats(args: argparse.Namespace) -> int:
+    from simfl.population.trace_stats import model_stats, trace_file_stats
+
+    if args.source.suffix == ".toml":
+        from simfl.run import scenario_population
+        from simfl.scenario import load_scenario
+
+        if args.num_devices is not None:
+            raise InputError("--num-devices is for a trace; a scenario has its own devices")
+        population = scenario_population(load_scenario(args.source, args.set))
+        stats = model_stats(population.availability, population.devices.utc_offset_s)
+    else:
+        if args.set:
+            raise InputError("--set is for a scenario (.toml), not a trace")
+        stats = trace_file_stats(args.source, args.num_devices)
+    for line in format_stats(args.source, stats):
+        _say(line)
+    return 0
+
+
+def format_stats(source: Path, stats: Any) -> list[str]:
+    """``trace stats``' lines: the same headings for a trace and for a model."""
+    clock = "local (the regions' UTC offsets)" if stats.local_time else "UTC (no offsets known)"
+    lines = [f"{source}: {stats.num_devices} devices over simulated [0, "
+             f"{stats.end_s / 3600:.1f} h)", f"online share by hour of the day, {clock}:"]
+    shares = stats.hourly["online_share"].to_list()
+    lines += ["  " + "  ".join(f"{h:02d}h {shares[h]:.3f}" for h in range(row, row + 6))
+              for row in range(0, 24, 6)]
+    summary = stats.summary
+    names = summary.columns[3:]
+    lines.append(f"{'quantiles':<24}{'count':>9}{'mean':>10}"
+                 + "".join(f"{f'{int(n[1:])}%':>10}" for n in names))
+    for row in summary.iter_rows(named=True):
+        values = "".join(f"{_number(row[n]):>10}" for n in ("mean", *names))
+        lines.append(f"{row['statistic']:<24}{row['count']:>9}{values}")
+    return lines
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # formats matplotlib writes without extras
