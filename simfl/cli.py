@@ -18,9 +18,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from simfl.errors import InputError, RunFailed
+
+if TYPE_CHECKING:
+    from simfl.population.trace_stats import AvailabilityStats
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
@@ -447,12 +450,12 @@ def _trace_stats(args: argparse.Namespace) -> int:
         if args.set:
             raise InputError("--set is for a scenario (.toml), not a trace")
         stats = trace_file_stats(args.source, args.num_devices)
-    for line in format_stats(args.source, stats):
+    for line in _format_stats(args.source, stats):
         _say(line)
     return 0
 
 
-def format_stats(source: Path, stats: Any) -> list[str]:
+def _format_stats(source: Path, stats: AvailabilityStats) -> list[str]:
     """``trace stats``' lines: the same headings for a trace and for a model."""
     clock = "local (the regions' UTC offsets)" if stats.local_time else "UTC (no offsets known)"
     lines = [f"{source}: {stats.num_devices} devices over simulated [0, "

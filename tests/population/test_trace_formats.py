@@ -13,6 +13,7 @@ import pytest
 
 from simfl.cli import main
 from simfl.errors import InputError
+from simfl.population.availability import from_intervals
 from simfl.population.trace import read_trace, write_trace
 from simfl.population.trace_formats import ConvertedTrace, convert_trace, load_plain_pickle
 
@@ -79,6 +80,18 @@ def test_fedscale_pattern_repeats_every_finish_time(tmp_path: Path) -> None:
     assert rows(trace) == [
         (0, 0.0, 5.0), (0, 15.0, 25.0), (0, 35.0, 45.0), (0, 55.0, 60.0),  # period 20
         (1, 0.0, 10.0), (1, 10.0, 20.0), (1, 40.0, 50.0), (1, 50.0, 60.0)]  # period 40 from 10
+
+
+def test_online_where_fedscale_says_active(tmp_path: Path) -> None:
+    # the record and the answers of FedScale's own test of ClientMetadata.is_active
+    # (fedscale/tests/cloud/internal/test_client_metadata.py)
+    record = {"active": [1, 3, 6, 9], "inactive": [1, 4, 7, 10], "finish_time": 10}
+    trace = convert_trace(write(tmp_path, "behave", {"client_1": record}), "fedscale",
+                          horizon_s=20.0)
+    availability = from_intervals(trace.client_idx, trace.t_on_s, trace.t_off_s,
+                                  np.zeros(1, dtype=np.int64), 1)
+    times = [2, 6, 8, 9, 10, 15]
+    assert availability.is_online(0, times).tolist() == [False, True, False, True, False, False]
 
 
 def test_fedscale_overlaps_joined_and_short_inactive_refused(tmp_path: Path) -> None:
