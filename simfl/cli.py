@@ -18,9 +18,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from simfl.errors import InputError, RunFailed
+
+if TYPE_CHECKING:
+    from simfl.population.trace_stats import AvailabilityStats
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
@@ -72,13 +75,57 @@ def _plot_parser() -> argparse.ArgumentParser:
 def _trace_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simfl trace",
-        description="Write a scenario's device availability (online intervals) as a trace.")
+        description="Write a scenario's device availability (online intervals) as a trace. "
+                    "Also: trace convert (from FedScale or FLASH) and trace stats; "
+                    "python -m simfl trace convert --help, ... trace stats --help.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key")
     return parser
+
+
+def _trace_convert_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m simfl trace convert",
+        description="Convert a FedScale or FLASH device-availability trace into simfl's "
+                    "trace format (docs/design.md section 3).")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-fedscale", type=Path, metavar="FILE",
+                        help="FedScale's client_behave_trace (a pickle of plain data)")
+    source.add_argument("--from-flash", type=Path, metavar="FILE",
+                        help="FLASH's state_traces.json")
+    parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    parser.add_argument("--start-s", type=float, default=0.0, metavar="S",
+                        help="simulated second of the trace's origin (FedScale's time 0, "
+                             "midnight of a FLASH trace's first day); default 0")
+    parser.add_argument("--horizon-s", type=float, metavar="H",
+                        help="repeat each client's pattern, as FedScale and FLASH do, to "
+                             "cover simulated [0, H) (default: its recorded span once)")
+    return parser
+
+
+def _trace_stats_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m simfl trace stats",
+        description="Availability statistics of a trace or of a scenario's model: online "
+                    "share by hour of the day, quantiles of device online share, session "
+                    "and gap lengths, devices online per day.")
+    parser.add_argument("source", type=Path, help="trace (.parquet or .csv) or scenario (.toml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario key")
+    parser.add_argument("--num-devices", type=_positive_int, metavar="N",
+                        help="a trace's device count, the never-online ones included "
+                             "(default: its highest client_idx + 1)")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _sweep_parser(command: str) -> argparse.ArgumentParser:
@@ -190,7 +237,7 @@ COMMANDS = {  # name: one line of help
     "run": "run a scenario (the default: python -m simfl SCENARIO.toml)",
     "resume": "continue a killed, interrupted or failed run from its last checkpoint",
     "plot": "figures from runs' Parquet tables; --compare overlays several runs",
-    "trace": "write a scenario's device availability as a trace file",
+    "trace": "write, convert (FedScale, FLASH) or summarise device availability traces",
     "sweep": "run every scenario of a sweep (Ray tasks, or in turn); --status",
     "collect": "gather a sweep's finished runs into one table per kind, with figures",
     "drfl": "DRFL's breast-cancer noise study (needs the drfl extra)",
@@ -220,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "plot":
             return _plot(_plot_parser().parse_args(rest))
         if command == "trace":
-            return _trace(_trace_parser().parse_args(rest))
+            return _trace_command(rest)
         if command == "resume":
             return _resume(_resume_parser().parse_args(rest))
         if command == "drfl":
@@ -358,6 +405,76 @@ def _trace(args: argparse.Namespace) -> int:
     num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
     _say(f"{args.out}: {num_intervals} online intervals")
     return 0
+
+
+def _trace_command(rest: list[str]) -> int:
+    """``trace convert ...`` and ``trace stats ...`` by their first word; else the
+    scenario form ``trace SCENARIO.toml --out ...`` (a scenario file named ``convert``
+    or ``stats`` is given as ./convert)."""
+    if rest[:1] == ["convert"]:
+        return _trace_convert(_trace_convert_parser().parse_args(rest[1:]))
+    if rest[:1] == ["stats"]:
+        return _trace_stats(_trace_stats_parser().parse_args(rest[1:]))
+    return _trace(_trace_parser().parse_args(rest))
+
+
+def _trace_convert(args: argparse.Namespace) -> int:
+    from simfl.population.trace import write_trace
+    from simfl.population.trace_formats import convert_trace
+
+    check_output_file(args.out, args.overwrite, "trace", (".parquet", ".csv"))
+    source = "fedscale" if args.from_fedscale else "flash"
+    trace = convert_trace(args.from_fedscale or args.from_flash, source, args.start_s,
+                          args.horizon_s)
+    write_trace(args.out, trace.client_idx, trace.t_on_s, trace.t_off_s, trace.row_client_id)
+    kept = len(trace.client_ids)
+    _say(f"{args.out}: {kept} devices (client_idx in the order of their ids; client_id "
+         f"column), {trace.t_on_s.size} online intervals; of the {trace.num_source} clients, "
+         f"left out {trace.num_invalid} invalid and {trace.num_source - kept - trace.num_invalid} "
+         "never online")
+    return 0
+
+
+def _trace_stats(args: argparse.Namespace) -> int:
+    from simfl.population.trace_stats import model_stats, trace_file_stats
+
+    if args.source.suffix == ".toml":
+        from simfl.run import scenario_population
+        from simfl.scenario import load_scenario
+
+        if args.num_devices is not None:
+            raise InputError("--num-devices is for a trace; a scenario has its own devices")
+        population = scenario_population(load_scenario(args.source, args.set))
+        stats = model_stats(population.availability, population.devices.utc_offset_s)
+    else:
+        if args.set:
+            raise InputError("--set is for a scenario (.toml), not a trace")
+        stats = trace_file_stats(args.source, args.num_devices)
+    for line in _format_stats(args.source, stats):
+        _say(line)
+    return 0
+
+
+def _format_stats(source: Path, stats: AvailabilityStats) -> list[str]:
+    """``trace stats``' lines: the same headings for a trace and for a model."""
+    clock = "local (the regions' UTC offsets)" if stats.local_time else "UTC (no offsets known)"
+    lines = [f"{source}: {stats.num_devices} devices over simulated [0, "
+             f"{stats.end_s / 3600:.1f} h)", f"online share by hour of the day, {clock}:"]
+    shares = stats.hourly["online_share"].to_list()
+    lines += ["  " + "  ".join(f"{h:02d}h {shares[h]:.3f}" for h in range(row, row + 6))
+              for row in range(0, 24, 6)]
+    summary = stats.summary
+    names = summary.columns[3:]
+    lines.append(f"{'quantiles':<24}{'count':>9}{'mean':>10}"
+                 + "".join(f"{f'{int(n[1:])}%':>10}" for n in names))
+    for row in summary.iter_rows(named=True):
+        values = "".join(f"{_number(row[n]):>10}" for n in ("mean", *names))
+        lines.append(f"{row['statistic']:<24}{row['count']:>9}{values}")
+    return lines
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # formats matplotlib writes without extras

@@ -315,11 +315,16 @@ def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Po
                             scenario.model.name)
 
 
+def scenario_population(scenario: Scenario) -> Population:
+    """The population a run of ``scenario`` builds (its data loaded for the clients)."""
+    streams = Streams(scenario.seed)
+    return _population(scenario, load_data(scenario.data, streams), streams)
+
+
 def write_availability_trace(scenario: Scenario, out: Path) -> int:
     """Write the scenario's availability (e.g. the diurnal model's draws) as a trace file
     that ``population.availability.mode = "trace"`` replays; returns the interval count."""
-    streams = Streams(scenario.seed)
-    population = _population(scenario, load_data(scenario.data, streams), streams)
+    population = scenario_population(scenario)
     population.availability.write_trace(out)
     return int(population.availability.t_on_s.size)
 

@@ -9,6 +9,8 @@ or ``.csv``):
   `client_idx` of clients.parquet and comm.parquet) |
 | t_on_s | float | simulated UTC seconds at which the device comes online |
 | t_off_s | float | when it goes offline (> t_on_s; may be ``inf``) |
+| client_id | string, optional | the device's id in the source of a converted trace
+  (simfl.population.trace_formats); ignored when the trace is read |
 
 A device is online on ``[t_on_s, t_off_s)``. Intervals of one device must not
 overlap (touching is allowed); devices without a row are never online; the rows may
@@ -36,12 +38,15 @@ def _suffix(path: Path) -> str:
 
 
 def write_trace(path: str | Path, device: np.ndarray, t_on_s: np.ndarray,
-                t_off_s: np.ndarray) -> None:
-    """Write online intervals as a trace file (Parquet or CSV by suffix)."""
+                t_off_s: np.ndarray, client_id: np.ndarray | None = None) -> None:
+    """Write online intervals as a trace file (Parquet or CSV by suffix); ``client_id``,
+    one per row, keeps a converted trace's source ids beside the indices."""
     path = Path(path)
     frame = pl.DataFrame({"client_idx": np.asarray(device, dtype=np.int64),
                           "t_on_s": np.asarray(t_on_s, dtype=np.float64),
                           "t_off_s": np.asarray(t_off_s, dtype=np.float64)})
+    if client_id is not None:
+        frame = frame.with_columns(client_id=pl.Series(np.asarray(client_id, dtype=str)))
     if _suffix(path) == ".parquet":
         frame.write_parquet(path)
     else:
@@ -56,7 +61,7 @@ def _load(path: Path) -> pl.DataFrame:
         if suffix == ".parquet":
             return pl.read_parquet(path)
         return pl.read_csv(path, schema_overrides={"client_idx": pl.Int64, "t_on_s": pl.Float64,
-                                                    "t_off_s": pl.Float64})
+                                                    "t_off_s": pl.Float64, "client_id": pl.String})
     except (OSError, pl.exceptions.PolarsError) as e:
         raise InputError(f"{path}: cannot read trace ({e})") from None
 
@@ -78,23 +83,27 @@ def _columns(frame: pl.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _check(path: Path, device: np.ndarray, t_on: np.ndarray, t_off: np.ndarray,
-           num_devices: int) -> None:
+           num_devices: int | None) -> None:
     def fail(row: int, why: str) -> None:
         raise InputError(f"{path}: row {row} (client_idx {device[row]}, [{t_on[row]}, "
                          f"{t_off[row]})): {why}")
 
-    bad = np.flatnonzero((device < 0) | (device >= num_devices))
+    outside = device < 0 if num_devices is None else (device < 0) | (device >= num_devices)
+    bad = np.flatnonzero(outside)
     if bad.size:
-        fail(int(bad[0]), f"device index outside [0, {num_devices})")
+        bound = "inf" if num_devices is None else num_devices
+        fail(int(bad[0]), f"device index outside [0, {bound})")
     bad = np.flatnonzero(~np.isfinite(t_on) | np.isnan(t_off) | ~(t_off > t_on))
     if bad.size:
         fail(int(bad[0]), "needs a finite t_on_s and t_off_s > t_on_s")
 
 
-def read_trace(path: str | Path, num_devices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_trace(path: str | Path, num_devices: int | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read and check a trace; returns (device, t_on_s, t_off_s) sorted by device, time,
     a device's intervals that touch ([a, b) then [b, c)) joined into one ([a, c)): the
-    device stays online, and ``online_until`` reads one interval."""
+    device stays online, and ``online_until`` reads one interval. ``num_devices`` bounds
+    the device indices (None: any index >= 0)."""
     path = Path(path)
     device, t_on, t_off = _columns(_load(path), path)
     _check(path, device, t_on, t_off, num_devices)

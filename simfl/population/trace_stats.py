@@ -1,0 +1,154 @@
+"""Statistics of device availability, the same for a trace and for a model's draws.
+
+Over a window ``[0, end_s)`` of simulated time (intervals are cut to it):
+
+- **online share by hour of the day**: of all device-seconds in local hour h (UTC +
+  the device's offset; UTC where no offset is known, as for a trace), the share online;
+- **device online share**: each device's online seconds / ``end_s``, devices never
+  online included (quantiles over the devices);
+- **session length**: the length of each online interval that lies inside the window
+  (one that starts at 0 or ends at ``end_s`` or later is cut, its length unseen: left
+  out); a device's touching intervals count as one session;
+- **gap length**: each offline span between two sessions of a device (within the
+  window);
+- **devices online per day**: for each whole UTC day of the window, the number of
+  distinct devices online at some time in it.
+
+Torch-free and numpy/polars only, so a fit of the availability model can reuse it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from simfl.errors import InputError
+from simfl.population.availability import Availability
+from simfl.population.trace import read_trace
+
+DAY_S = 86400.0
+HOUR_S = 3600.0
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+STATISTICS = ("device online share", "session length (s)", "gap length (s)",
+              "devices online per day")
+SUMMARY_SCHEMA = {"statistic": pl.String, "count": pl.Int64, "mean": pl.Float64,
+                  **{f"q{round(q * 100):02d}": pl.Float64 for q in QUANTILES}}
+
+
+@dataclass(frozen=True)
+class AvailabilityStats:
+    """``hourly``: hour (0..23), online_share. ``summary``: one row per STATISTICS
+    entry with its count, mean and quantiles q05 .. q95 (null where count is 0)."""
+
+    hourly: pl.DataFrame
+    summary: pl.DataFrame
+    num_devices: int
+    end_s: float
+    local_time: bool  # hours are the devices' local hours (else UTC)
+
+
+def window_end(t_on_s: np.ndarray, t_off_s: np.ndarray, horizon_s: float = math.inf) -> float:
+    """The end of the window of statistics: ``horizon_s`` when finite, else the latest
+    finite switch time of the intervals, else one day (devices online throughout)."""
+    if math.isfinite(horizon_s):
+        return horizon_s
+    times = np.concatenate([t_on_s, t_off_s])
+    times = times[np.isfinite(times)]
+    return float(times.max()) if times.size and times.max() > 0 else DAY_S
+
+
+def _seconds_in_hour(local_s: np.ndarray, hour: int) -> np.ndarray:
+    """Seconds of local hour ``hour`` (every day) in [0, local_s), for local_s >= 0 and
+    more: a cumulative count, so that F(b) - F(a) is the count in [a, b)."""
+    days = np.floor(local_s / DAY_S)
+    return days * HOUR_S + np.clip(local_s - days * DAY_S - hour * HOUR_S, 0.0, HOUR_S)
+
+
+def _hourly(device: np.ndarray, on: np.ndarray, off: np.ndarray, end_s: float,
+            offset_s: np.ndarray) -> pl.DataFrame:
+    shift = offset_s[device]
+    share = []
+    for hour in range(24):
+        online = np.sum(_seconds_in_hour(off + shift, hour) - _seconds_in_hour(on + shift, hour))
+        exposure = np.sum(_seconds_in_hour(end_s + offset_s, hour)
+                          - _seconds_in_hour(offset_s, hour))
+        share.append(online / exposure if exposure > 0 else math.nan)
+    return pl.DataFrame({"hour": np.arange(24, dtype=np.int64), "online_share": share})
+
+
+def _row(name: str, values: np.ndarray) -> dict[str, object]:
+    row: dict[str, object] = {"statistic": name, "count": int(values.size),
+                              "mean": float(values.mean()) if values.size else None}
+    qs = np.quantile(values, QUANTILES) if values.size else [None] * len(QUANTILES)
+    row.update({name: None if v is None else float(v)
+                for name, v in zip(list(SUMMARY_SCHEMA)[3:], qs, strict=True)})
+    return row
+
+
+def _sessions_and_gaps(device: np.ndarray, on: np.ndarray, off: np.ndarray,
+                       end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sessions seen whole in the window, and gaps between a device's sessions; the
+    intervals sorted by (device, on), disjoint, cut to the window."""
+    inside = (on > 0) & (off < end_s)
+    same = device[1:] == device[:-1]
+    return (off - on)[inside], (on[1:] - off[:-1])[same & (on[1:] > off[:-1])]
+
+
+def _per_day(device: np.ndarray, on: np.ndarray, off: np.ndarray, end_s: float,
+             num_devices: int) -> np.ndarray:
+    """Distinct devices online in each whole UTC day of the window."""
+    num_days = int(end_s // DAY_S)
+    first = np.floor(on / DAY_S).astype(np.int64)
+    last = np.minimum(np.ceil(off / DAY_S).astype(np.int64) - 1, num_days - 1)
+    spans = np.maximum(last - first + 1, 0)
+    rows = np.repeat(np.arange(device.size), spans)
+    starts = np.cumsum(spans) - spans
+    day = first[rows] + np.arange(rows.size) - starts[rows]
+    pairs = np.unique(day * num_devices + device[rows])  # (day, device), each once
+    return np.bincount(pairs // num_devices, minlength=num_days)
+
+
+def availability_stats(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
+                       num_devices: int, end_s: float,
+                       utc_offset_s: np.ndarray | None = None) -> AvailabilityStats:
+    """Statistics (module docstring) of online intervals sorted by (device, t_on_s),
+    a device's intervals disjoint, as ``read_trace`` and ``Availability.intervals``
+    give them; ``utc_offset_s`` (num_devices,) makes the hours local."""
+    on, off = np.clip(t_on_s, 0.0, end_s), np.clip(t_off_s, 0.0, end_s)
+    keep = on < off
+    device, on, off = device[keep], on[keep], off[keep]
+    joined = np.ones(device.size, dtype=bool)  # touching intervals: one session
+    joined[1:] = ~((device[1:] == device[:-1]) & (on[1:] == off[:-1]))
+    ends = np.append(np.flatnonzero(joined)[1:] - 1, device.size - 1) if device.size else joined
+    device, on, off = device[joined], on[joined], off[ends]
+    offsets = np.zeros(num_devices) if utc_offset_s is None else np.asarray(utc_offset_s, float)
+    share = np.bincount(device, weights=off - on, minlength=num_devices) / end_s
+    sessions, gaps = _sessions_and_gaps(device, on, off, end_s)
+    summary = pl.DataFrame(schema=SUMMARY_SCHEMA, data=[
+        _row(STATISTICS[0], share), _row(STATISTICS[1], sessions), _row(STATISTICS[2], gaps),
+        _row(STATISTICS[3], _per_day(device, on, off, end_s, num_devices).astype(np.float64))])
+    return AvailabilityStats(_hourly(device, on, off, end_s, offsets), summary, num_devices,
+                             end_s, utc_offset_s is not None)
+
+
+def trace_file_stats(path: Path, num_devices: int | None = None) -> AvailabilityStats:
+    """Statistics of a trace file over [0, its latest finite switch time), hours in UTC;
+    ``num_devices`` counts the devices never online too (default: the highest
+    client_idx + 1: a trace names only devices that are online at some time)."""
+    device, on, off = read_trace(path, num_devices)
+    if not device.size:
+        raise InputError(f"{path}: the trace holds no online interval")
+    count = int(device.max(initial=-1)) + 1 if num_devices is None else num_devices
+    return availability_stats(device, on, off, count, window_end(on, off))
+
+
+def model_stats(availability: Availability, utc_offset_s: np.ndarray) -> AvailabilityStats:
+    """Statistics of a population's availability (e.g. the diurnal model's draws) over
+    [0, its horizon), hours local to each device's UTC offset."""
+    device, on, off = availability.intervals()
+    return availability_stats(device, on, off, availability.num_devices,
+                              window_end(on, off, availability.horizon_s), utc_offset_s)
