@@ -15,7 +15,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -376,11 +376,13 @@ class Scenario:
     run: RunConfig = _f(RunConfig)
 
 
-def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+def load_scenario(path: str | Path,
+                  overrides: Sequence[str] | Mapping[str, Any] = ()) -> Scenario:
     """Read and validate a scenario file; raise InputError naming the file and key.
 
-    ``overrides`` are ``"dotted.key=TOML value"`` strings applied on top of the
-    file, e.g. ``"server.num_rounds=200"`` or ``'aggregator.name="fedavg"'``.
+    ``overrides`` are applied on top of the file: ``"dotted.key=TOML value"`` strings,
+    e.g. ``"server.num_rounds=200"`` or ``'aggregator.name="fedavg"'`` (the command
+    line's ``--set``), or a mapping of dotted keys to values (the Python API's).
     """
     path = Path(path)
     try:
@@ -393,8 +395,12 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
         raise InputError(f"{path}: invalid TOML: {e}") from None
     except RecursionError:
         raise InputError(f"{path}: invalid TOML: nested too deeply") from None
-    for override in overrides:
-        _apply_override(table, override, str(path))
+    if isinstance(overrides, Mapping):
+        for key, value in overrides.items():
+            set_key(table, key, value, str(path))
+    else:
+        for override in overrides:
+            _apply_override(table, override, str(path))
     scenario = from_dict(table, source=str(path))
     if not scenario.name:
         if not is_plain_name(path.stem):
@@ -413,11 +419,16 @@ def _apply_override(table: dict[str, Any], override: str, source: str) -> None:
         value = text.strip()  # a bare word is taken as a string: aggregator.name=fedavg
     except RecursionError:
         raise InputError(f"{source}: override of '{key}': nested too deeply") from None
+    set_key(table, key, value, source)
+
+
+def set_key(table: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Set dotted ``key`` (e.g. ``server.num_rounds``) of a scenario table to ``value``."""
     *parents, leaf = key.strip().split(".")
     for part in parents:
         table = table.setdefault(part, {})
         if not isinstance(table, dict):
-            raise InputError(f"{source}: override '{override}': '{part}' is not a table")
+            raise InputError(f"{source}: override of '{key}': '{part}' is not a table")
     table[leaf] = value
 
 

@@ -46,7 +46,9 @@ FORBIDDEN = {
     "run.py": ("simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
     "sweep.py": ("torch", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
     "tune.py": ("torch", "simpy", "simfl.cli", "simfl.plots", "simfl.algorithms"),
-    "__init__.py": ("simfl.",),
+    "api.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.cli", "simfl.sweep",
+               "simfl.tune"),
+    "__init__.py": ("torch", "simpy", "simfl.run", "simfl.sim", "simfl.train"),
     "__main__.py": ("torch", "simpy", "simfl.run"),
 }
 
