@@ -291,9 +291,20 @@ def fit_habits(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
 
 
 def fit_availability(availability: Availability, utc_offset_s: np.ndarray) -> FittedHabits:
-    """fit_habits on a built population's availability (e.g. a scenario's), over its
-    horizon."""
-    return fit_habits(*availability.intervals(), utc_offset_s, availability.horizon_s)
+    """fit_habits on a built population's availability (e.g. a scenario's) over its
+    horizon, or, for a replayed trace (no horizon), the whole days up to its last start."""
+    device, t_on, t_off = availability.intervals()
+    horizon_s = availability.horizon_s
+    if not math.isfinite(horizon_s):
+        horizon_s = _days_to_last_start(t_on)
+    return fit_habits(device, t_on, t_off, utc_offset_s, horizon_s)
+
+
+def _days_to_last_start(t_on_s: np.ndarray) -> float:
+    """The whole days [0, k days) that hold every interval's start."""
+    if t_on_s.size == 0:
+        raise InputError("no online interval to fit")
+    return max(1, math.ceil(float(t_on_s.max()) / DAY_S)) * DAY_S
 
 
 def fit_trace(path: str | Path, horizon_s: float | None = None) -> FittedHabits:
@@ -304,7 +315,7 @@ def fit_trace(path: str | Path, horizon_s: float | None = None) -> FittedHabits:
     if device.size == 0:
         raise InputError(f"{path}: the trace holds no online interval")
     if horizon_s is None:
-        horizon_s = math.ceil(float(t_on.max()) / DAY_S) * DAY_S
+        horizon_s = _days_to_last_start(t_on)
     return fit_habits(device, t_on, t_off, np.zeros(int(device.max()) + 1), horizon_s)
 
 

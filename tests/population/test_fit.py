@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from simfl.errors import InputError
-from simfl.population.availability import from_csr
+from simfl.population.availability import from_csr, from_intervals
 from simfl.population.fit import (
     device_sessions,
+    fit_availability,
     fit_habits,
     fit_trace,
     local_hours,
@@ -152,6 +153,9 @@ def test_a_plain_trace_is_fitted_in_utc(tmp_path) -> None:
     fitted = fit_trace(path)
     assert fitted == fit_habits(device, t_on, t_off, np.zeros(300), 4 * DAY_S)
     assert fitted.num_days == 4.0 and math.isfinite(fitted.session_mean_s)
+    # The same intervals replayed as a scenario's trace (no horizon), at UTC offsets.
+    replayed = from_intervals(device, t_on, t_off, np.zeros(300, dtype=np.int64), 1)
+    assert fit_availability(replayed, np.zeros(300)) == fitted
 
 
 def test_a_window_shorter_than_three_days_is_refused() -> None:
