@@ -76,8 +76,9 @@ def _trace_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simfl trace",
         description="Write a scenario's device availability (online intervals) as a trace. "
-                    "Also: trace convert (from FedScale or FLASH) and trace stats; "
-                    "python -m simfl trace convert --help, ... trace stats --help.")
+                    "Also: trace convert (from FedScale or FLASH), trace stats and trace "
+                    "fit; python -m simfl trace convert --help, ... stats --help, ... fit "
+                    "--help.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
@@ -119,6 +120,20 @@ def _trace_stats_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-devices", type=_positive_int, metavar="N",
                         help="a trace's device count, the never-online ones included "
                              "(default: its highest client_idx + 1)")
+    return parser
+
+
+def _trace_fit_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m simfl trace fit",
+        description="Fit the habits availability model (per-device propensity, phase and "
+                    "session length) to a trace or to a scenario's draws; print it as the "
+                    "scenario tables that reproduce it (docs/design.md section 3).")
+    parser.add_argument("source", type=Path, help="trace (.parquet or .csv) or scenario (.toml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario key")
+    parser.add_argument("--out", type=Path, help="also write the tables to this .toml file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
 
 
@@ -415,6 +430,8 @@ def _trace_command(rest: list[str]) -> int:
         return _trace_convert(_trace_convert_parser().parse_args(rest[1:]))
     if rest[:1] == ["stats"]:
         return _trace_stats(_trace_stats_parser().parse_args(rest[1:]))
+    if rest[:1] == ["fit"]:
+        return _trace_fit(_trace_fit_parser().parse_args(rest[1:]))
     return _trace(_trace_parser().parse_args(rest))
 
 
@@ -452,6 +469,28 @@ def _trace_stats(args: argparse.Namespace) -> int:
         stats = trace_file_stats(args.source, args.num_devices)
     for line in _format_stats(args.source, stats):
         _say(line)
+    return 0
+
+
+def _trace_fit(args: argparse.Namespace) -> int:
+    from simfl.population.fit import fit_availability, fit_trace, to_toml
+
+    if args.out is not None:
+        check_output_file(args.out, args.overwrite, "fit", (".toml",))
+    if args.source.suffix == ".toml":
+        from simfl.run import scenario_population
+        from simfl.scenario import load_scenario
+
+        population = scenario_population(load_scenario(args.source, args.set))
+        fitted = fit_availability(population.availability, population.devices.utc_offset_s)
+    else:
+        if args.set:
+            raise InputError("--set is for a scenario (.toml), not a trace")
+        fitted = fit_trace(args.source)
+    text = to_toml(fitted)
+    if args.out is not None:
+        args.out.write_text(text)
+    _say(text.rstrip())
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,3 +162,25 @@ def test_a_plain_trace_is_fitted_in_utc(tmp_path) -> None:
 def test_a_window_shorter_than_three_days_is_refused() -> None:
     with pytest.raises(InputError, match="at least 3 days"):
         fit_habits(np.array([0]), np.array([10.0]), np.array([20.0]), np.zeros(1), 2 * DAY_S)
+
+
+def test_trace_fit_command_on_a_scenario_and_on_its_trace(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """``trace fit`` prints (and with --out writes) tables a scenario loads, from a
+    scenario's draws and from the trace of those draws; a bad source is exit 2."""
+    from simfl.cli import main
+
+    scenario = Path(__file__).parents[2] / "scenarios" / "quick_synthetic.toml"
+    habits = ["--set", 'population.availability.mode="habits"']
+    out = tmp_path / "fit.toml"
+    assert main(["trace", "fit", str(scenario), *habits, "--out", str(out)]) == 0
+    fitted = tomllib.loads(out.read_text())
+    assert fitted["population"]["availability"]["mode"] == "habits"
+    from_dict(fitted)
+    assert "propensity_logit_sd" in capsys.readouterr().out
+    trace = tmp_path / "t.parquet"
+    assert main(["trace", str(scenario), *habits, "--out", str(trace)]) == 0
+    assert main(["trace", "fit", str(trace)]) == 0
+    assert main(["trace", "fit", str(trace), "--out", str(out)]) == 2  # exists
+    assert main(["trace", "fit", str(tmp_path / "none.parquet")]) == 2
