@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from simfl.records import SCHEMAS, read_manifest, read_table
-from simfl.scenario import Scenario, from_dict, set_key
+from simfl.scenario import Scenario, from_dict, from_manifest, set_key
 from simfl.scenario import load_scenario as scenario_file
 
 
@@ -57,7 +57,7 @@ class Run:
 
     @property
     def scenario(self) -> Scenario:
-        return from_dict(self.manifest["scenario"], source=str(self.path / "manifest.json"))
+        return from_manifest(self.manifest, str(self.path / "manifest.json"))
 
     def table(self, name: str) -> pl.DataFrame:
         """Table ``name`` (rounds, clients, comm, eval, bias, devices, availability), as

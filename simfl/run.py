@@ -63,7 +63,7 @@ from simfl.records import (
     write_atomically,
 )
 from simfl.rng import Streams
-from simfl.scenario import EstimatorConfig, Scenario, from_dict, to_dict
+from simfl.scenario import EstimatorConfig, Scenario, from_manifest, plugins_of, to_dict
 from simfl.sim.async_server import async_server
 from simfl.sim.health import Health
 from simfl.sim.network import LinkSharing
@@ -175,7 +175,7 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
         raise InputError(f"{run_dir}: the run is already complete")
     # resuming rewrites the run's tables around what else is there
     _check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
-    scenario = from_dict(manifest["scenario"], source=str(run_dir / "manifest.json"))
+    scenario = from_manifest(manifest, str(run_dir / "manifest.json"))
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
         _check_speed_origin(run_dir, manifest, built.population)
@@ -226,7 +226,7 @@ def _build(scenario: Scenario) -> _Built:
     check_feasible(scenario, data)
     dtype = getattr(torch, scenario.train.dtype)
     model = build_model(scenario.model.name, data.input_shape, data.num_classes,
-                        scenario.model.bias).to(device)
+                        scenario.model.bias, scenario.model.params).to(device)
     params = initial_params(model, streams.seed("init"), dtype, scenario.model.init).to(device)
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
                      streams)
@@ -471,6 +471,9 @@ def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
         **_machine(built.device),
         "device_speeds": built.population.devices.speed_origin,
         "inputs": _inputs(scenario, built),
+        # each plug-in's import path and the version of the package providing it
+        "plugins": {key: plugin.record() for key, plugin in plugins_of(scenario).items()
+                    if not plugin.builtin},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

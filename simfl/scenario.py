@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from simfl import plugins
 from simfl.errors import InputError
 
 Check = tuple[Callable[[Any], bool], str]
@@ -37,6 +38,12 @@ POSITIVE: Check = (lambda v: v > 0, "must be > 0")
 NON_NEGATIVE: Check = (lambda v: v >= 0, "must be >= 0")
 FRACTION_OPEN: Check = (lambda v: 0 < v < 1, "must be in (0, 1)")
 THETA: Check = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+
+
+def _params() -> Any:
+    """A section's ``params`` table: the hyper-parameters of a plug-in (simfl.plugins)
+    that are no key of the section, passed to its factory by name."""
+    return field(default_factory=dict, hash=False, metadata={"check": None})
 
 
 def is_plain_name(text: str) -> bool:
@@ -67,9 +74,12 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    dataset: Literal["synthetic", "femnist", "leaf", "shakespeare"] = "synthetic"
-    # femnist: the .npz file; leaf: a directory of LEAF json shards; shakespeare: the
-    # by-role .jsonl(.gz) corpus or a LEAF-format directory. Empty = the default location
+    # synthetic, femnist, leaf, shakespeare, npz_folder (one <client>.npz per device under
+    # path), or a plug-in (simfl.plugins: a registered name or "package.module:function")
+    dataset: str = "synthetic"
+    # femnist: the .npz file; npz_folder: the folder; leaf: a directory of LEAF json
+    # shards; shakespeare: the by-role .jsonl(.gz) corpus or a LEAF-format directory.
+    # Empty = the default location
     # under $SIMFL_DATA_DIR (femnist/femnist_writers.npz, shakespeare/shakespeare_by_role.jsonl.gz).
     path: str = ""
     min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
@@ -89,17 +99,20 @@ class DataConfig:
     # "ink": 1 - v, ink 1 and background 0. "authors" needs standardise = false.
     pixel_scaling: Literal["ink", "authors"] = "ink"
     synthetic: SyntheticConfig = _f(SyntheticConfig)
+    params: dict[str, Any] = _params()
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: Literal["linear", "convnet", "gru"] = "linear"  # gru: Shakespeare's character model
+    # linear, convnet, gru (Shakespeare's character model) or a plug-in (simfl.plugins)
+    name: str = "linear"
     l2: float = _f(0.0, NON_NEGATIVE)  # (l2 / 2) * ||w||^2 added to every local loss
     # Linear only, for the authors' model (krishnap25/simplicial-fl: scores x·W from W = 0):
     # bias = false drops the intercept; init = "zeros" starts every parameter at 0 instead
     # of PyTorch's seeded default (docs/reproduction.md, "Checked against the authors' code").
     bias: bool = True
     init: Literal["pytorch", "zeros"] = "pytorch"
+    params: dict[str, Any] = _params()
 
 
 @dataclass(frozen=True)
@@ -121,14 +134,13 @@ class TrainConfig:
     threads: int = _f(1, NON_NEGATIVE)
 
 
-AGGREGATORS = Literal["fedavg", "fedprox", "deltafl", "fedavg_sub", "qffl", "term", "afl", "drfa"]
-
-
 @dataclass(frozen=True)
 class AggregatorConfig:
     """The aggregation rule (simfl/aggregate/, one module each) and its hyperparameters."""
 
-    name: AGGREGATORS = "fedavg"
+    # fedavg, fedprox, deltafl, fedavg_sub, qffl, term, afl, drfa or a plug-in
+    # (simfl.plugins; the keys each reads: plugins.AGGREGATORS)
+    name: str = "fedavg"
     # Delta-FL: keep the clients in the top-theta loss tail; fedavg_sub: select
     # round(theta * server.clients_per_round) devices (Delta-FL's count varies: fedavg_sub.py)
     theta: float = _f(0.5, THETA)
@@ -140,13 +152,7 @@ class AggregatorConfig:
     # weights lambda per round. A round moves lambda_k by about step * (N / K) * F_k,
     # against lambda_k ~ 1 / N: keep step << K / (N^2 * loss).
     lambda_step: float = _f(1e-5, NON_NEGATIVE)
-
-
-# ipw_known is an oracle for the study (the availability model's true online rates);
-# ipw_days is ipw with the online rates from the check-ins of earlier UTC days only;
-# poststrat_history post-stratifies on region x the earlier days' check-in rate.
-ESTIMATORS = Literal["cohort_exact", "secure_mm", "secure_bisection", "tracking", "ipw",
-                     "ipw_days", "poststrat", "poststrat_history", "ipw_known"]
+    params: dict[str, Any] = _params()
 
 
 @dataclass(frozen=True)
@@ -182,10 +188,12 @@ class HistoryConfig:
 class EstimatorConfig:
     """How the server estimates the Δ-FL threshold (simfl/quantile/estimators.py)."""
 
-    name: ESTIMATORS = "cohort_exact"  # drives the filter
+    # drives the filter: one of simfl's (plugins.ESTIMATORS, which says what each reads)
+    # or a plug-in
+    name: str = "cohort_exact"
     # Also run on the same cohort losses every round (logged, never used to filter);
     # listing the driving estimator here too is allowed (a sweep can vary the driver).
-    shadow: tuple[ESTIMATORS, ...] = _f(
+    shadow: tuple[str, ...] = _f(
         (), (lambda v: len(set(v)) == len(v), "must not repeat an estimator"))
     # Rounds between evaluations of F_k(w_t) on every training device for the
     # population quantile and the realized conformity (0 = never).
@@ -199,6 +207,7 @@ class EstimatorConfig:
     tracking: TrackingConfig = _f(TrackingConfig)
     ipw: IPWConfig = _f(IPWConfig)
     poststrat_history: HistoryConfig = _f(HistoryConfig)  # strata of check-in rate
+    params: dict[str, Any] = _params()  # of the plug-in estimators, each takes those it names
 
 
 @dataclass(frozen=True)
@@ -293,8 +302,9 @@ class HabitsConfig:
 
 @dataclass(frozen=True)
 class AvailabilityConfig:
-    # habits: diurnal, each device with its own propensity, phase and session length
-    mode: Literal["always", "diurnal", "habits", "trace"] = "always"
+    # always, diurnal, habits (diurnal, each device with its own propensity, phase and
+    # session length), trace, or a plug-in (simfl.plugins)
+    mode: str = "always"
     online_prob_by_hour: tuple[float, ...] = _f(
         DEFAULT_ONLINE_PROB_BY_HOUR,
         (lambda v: len(v) == 24 and all(0 < p < 1 for p in v), "must be 24 numbers in (0, 1)"),
@@ -304,6 +314,7 @@ class AvailabilityConfig:
     log_intervals: bool = False  # also write availability_intervals.parquet
     trace_path: str = ""  # trace: Parquet/CSV with columns client_idx, t_on_s, t_off_s
     habits: HabitsConfig = _f(HabitsConfig)
+    params: dict[str, Any] = _params()
 
 
 @dataclass(frozen=True)
@@ -439,25 +450,19 @@ def from_dict(table: dict[str, Any], source: str = "<scenario>") -> Scenario:
     return scenario
 
 
+def from_manifest(manifest: Mapping[str, Any], source: str) -> Scenario:
+    """The scenario a run's manifest.json records; the modules of its plug-ins that were
+    registered by decorator are imported first, so that their names are known again."""
+    plugins.import_recorded(manifest.get("plugins") or {}, source)
+    return from_dict(manifest["scenario"], source=source)
+
+
 SYNC_ONLY = ("over_selection", "deadline_s", "round_interval_s", "min_online")
 ASYNC_ONLY = ("concurrency", "buffer_size", "staleness", "staleness_a", "staleness_b",
               "max_staleness", "server_lr")
-# Every rule combines an async buffer through its own combine with staleness-scaled
-# weights (simfl.aggregate.base), except these, for the reason given.
-ASYNC_REFUSED = {
-    "fedavg_sub": "its smaller cohort is a sync round's; async mode sets how many devices "
-                  "train with server.concurrency",
-    "qffl": "its step L = 1/lr weighs updates trained with one round's lr from one model",
-    "afl": "its λ step needs every loss report at one model w_t, and a buffer's updates "
-           "start from different versions",
-    "drfa": "its λ step probes losses on the chord of one round's step from one model",
-}
 # Looks for online devices in one wait, at most: about 15 s of simulation at 15 µs a look
 # (a wait that never ends on devices would otherwise spin, not hang: max_wait_s stops it).
 MAX_POLLS = 1_000_000
-# The threshold comes from the buffer's loss reports, sent in the clear with the updates:
-# the devices of a buffer are gone by then, so no multi-round protocol can run.
-ASYNC_ESTIMATORS = ("cohort_exact", "ipw", "ipw_days", "poststrat", "poststrat_history")
 
 
 def _check_server(scenario: Scenario, source: str) -> None:
@@ -482,29 +487,24 @@ def _check_server(scenario: Scenario, source: str) -> None:
     if server.staleness != "hinge" and server.staleness_b != default.staleness_b:
         raise InputError(f"{source}: 'server.staleness_b' has no meaning with "
                          f"'server.staleness' = {server.staleness!r} (hinge only)")
-    if scenario.aggregator.name in ASYNC_REFUSED:
-        raise InputError(f"{source}: 'aggregator.name' = {scenario.aggregator.name!r} does not "
-                         f"work with 'server.mode' = 'async': "
-                         f"{ASYNC_REFUSED[scenario.aggregator.name]}")
-    if scenario.aggregator.name == "deltafl" and scenario.estimator.name not in ASYNC_ESTIMATORS:
-        raise InputError(f"{source}: 'estimator.name' = {scenario.estimator.name!r} needs the "
-                         f"devices online during its protocol; with 'server.mode' = 'async' "
-                         f"use one of {list(ASYNC_ESTIMATORS)} (others may shadow)")
+    rule = plugins.AGGREGATORS.lookup(scenario.aggregator.name, "aggregator.name", source)
+    if rule.async_refused:
+        raise InputError(f"{source}: 'aggregator.name' = {rule.name!r} does not work with "
+                         f"'server.mode' = 'async': {rule.async_refused}")
+    driver = plugins.ESTIMATORS.lookup(scenario.estimator.name, "estimator.name", source)
+    if scenario.aggregator.name == "deltafl" and driver.async_refused:
+        able = [p.name for p in plugins.ESTIMATORS.builtins() if not p.async_refused]
+        raise InputError(f"{source}: 'estimator.name' = {driver.name!r} "
+                         f"{driver.async_refused}; with 'server.mode' = 'async' use one of "
+                         f"{able} (others may shadow)")
 
 
-# The keys of [aggregator] each rule reads (every rule reads 'name'); a key of another
-# rule set away from its default is an error, as for the server modes' keys.
-AGGREGATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "fedavg": (), "fedprox": ("mu",), "deltafl": ("theta",), "fedavg_sub": ("theta",),
-    "qffl": ("q",), "term": ("tilt",), "afl": ("lambda_step",), "drfa": ("lambda_step",),
-}
-# The estimators that read each estimator sub-table or key.
-ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "secure_mm": ("secure_mm",), "secure_bisection": ("secure_bisection",),
-    "tracking": ("tracking",), "ipw": ("ipw", "ipw_days"),
-    "poststrat_history": ("poststrat_history",),
-    "noise_std": ("secure_mm", "secure_bisection", "tracking"),
-}
+# The keys of [aggregator] and [estimator] some rule or estimator reads (plugins.py says
+# which): one set away from its default when none that reads it runs is an error, as
+# for the server modes' keys.
+RULE_KEYS = ("theta", "mu", "q", "tilt", "lambda_step")
+ESTIMATOR_KEYS = ("secure_mm", "secure_bisection", "tracking", "ipw", "poststrat_history",
+                  "noise_std")
 
 
 def _check_meaning(scenario: Scenario, source: str) -> None:
@@ -515,19 +515,23 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
     ``--set aggregator.name=fedavg`` on a Δ-FL scenario at the default θ still loads.
     """
     agg, default = scenario.aggregator, AggregatorConfig()
-    for key in ("theta", "mu", "q", "tilt", "lambda_step"):
-        if key not in AGGREGATOR_KEYS[agg.name] and getattr(agg, key) != getattr(default, key):
+    rule = plugins.AGGREGATORS.lookup(agg.name, "aggregator.name", source)
+    for key in RULE_KEYS:
+        if key not in rule.keys and getattr(agg, key) != getattr(default, key):
             raise InputError(f"{source}: 'aggregator.{key}' = {getattr(agg, key)!r} has no "
                              f"meaning with 'aggregator.name' = {agg.name!r}")
     est, est_default = scenario.estimator, EstimatorConfig()
-    used = {est.name, *est.shadow}
-    for key, readers in ESTIMATOR_KEYS.items():
-        if not used & set(readers) and getattr(est, key) != getattr(est_default, key):
+    used = [plugins.ESTIMATORS.lookup(name, "estimator.name", source)
+            for name in (est.name, *est.shadow)]
+    for key in ESTIMATOR_KEYS:
+        if (all(key not in (*p.keys, *p.reads) for p in used)
+                and getattr(est, key) != getattr(est_default, key)):
             raise InputError(f"{source}: 'estimator.{key}' is set but no estimator that "
-                             f"reads it ({', '.join(readers)}) is 'estimator.name' or in "
-                             f"'estimator.shadow'")
+                             f"reads it ({', '.join(plugins.ESTIMATORS.readers(key))}) is "
+                             f"'estimator.name' or in 'estimator.shadow'")
     availability = scenario.population.availability
-    if availability.mode != "habits" and availability.habits != HabitsConfig():
+    mode = plugins.AVAILABILITY.lookup(availability.mode, "population.availability.mode", source)
+    if "habits" not in mode.reads and availability.habits != HabitsConfig():
         changed = next(f.name for f in dataclasses.fields(HabitsConfig)
                        if getattr(availability.habits, f.name) != getattr(HabitsConfig(), f.name))
         raise InputError(f"{source}: 'population.availability.habits.{changed}' has no meaning "
@@ -538,17 +542,58 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
                          f"'estimator.bias_every' = 0 (no bias rounds)")
 
 
+def plugins_of(scenario: Scenario, source: str = "<scenario>") -> dict[str, plugins.Plugin]:
+    """The plug-in each name of the scenario stands for, by its key (``estimator.shadow[i]``
+    for a shadow estimator); InputError for a name that none is."""
+    est = scenario.estimator
+    named = {"data.dataset": scenario.data.dataset, "model.name": scenario.model.name,
+             "aggregator.name": scenario.aggregator.name, "estimator.name": est.name,
+             **{f"estimator.shadow[{i}]": name for i, name in enumerate(est.shadow)},
+             "population.availability.mode": scenario.population.availability.mode}
+    return {key: plugins.KEYS[key.partition("[")[0]].lookup(name, key, source)
+            for key, name in named.items()}
+
+
+def _check_plugins(scenario: Scenario, source: str) -> None:
+    """Every name is a plug-in's; each key of a section's params table is a
+    hyper-parameter of one it uses, and each hyper-parameter without a default is set."""
+    found = plugins_of(scenario, source)
+    for where, section in (("data", scenario.data), ("model", scenario.model),
+                           ("aggregator", scenario.aggregator),
+                           ("estimator", scenario.estimator),
+                           ("population.availability", scenario.population.availability)):
+        used = [p for key, p in found.items() if key.startswith(where + ".")]
+        fields = {f.name for f in dataclasses.fields(section)} - {"params"}
+        takes = sorted({k for p in used for k in p.keys} - fields)
+        for key in section.params:
+            if key not in takes:
+                near = difflib.get_close_matches(key, takes, n=1)
+                hint = f" (did you mean '{where}.params.{near[0]}'?)" if near else ""
+                raise InputError(f"{source}: '{where}.params.{key}' is no hyper-parameter of "
+                                 f"{[p.name for p in used]} (they take {takes}){hint}")
+        for p in used:
+            for key in set(p.required) - fields - set(section.params):
+                raise InputError(f"{source}: {p.name!r} needs '{where}.params.{key}'")
+
+
+# The availability modes whose true online rates are known (the oracle ipw_known's).
+MODELLED_RATES = ("always", "diurnal", "habits")
+
+
 def _check_relations(scenario: Scenario, source: str) -> None:
     """Checks that involve more than one key."""
+    _check_plugins(scenario, source)
     _check_server(scenario, source)
     bisection = scenario.estimator.secure_bisection
     if bisection.high <= bisection.low:
         raise InputError(f"{source}: 'estimator.secure_bisection.high' = {bisection.high!r} "
                          f"must be > 'estimator.secure_bisection.low' = {bisection.low!r}")
+    mode = scenario.population.availability.mode
     if ("ipw_known" in (scenario.estimator.name, *scenario.estimator.shadow)
-            and scenario.population.availability.mode == "trace"):
+            and mode not in MODELLED_RATES):
         raise InputError(f"{source}: estimator 'ipw_known' needs the online rates of the "
-                         f"availability model; 'population.availability.mode' = 'trace' has none")
+                         f"availability model; 'population.availability.mode' = {mode!r} "
+                         f"has none")
     data = scenario.data
     if data.pixel_scaling == "authors" and (data.standardise
                                             or data.dataset not in ("femnist", "leaf")):
@@ -601,6 +646,10 @@ def _convert(hint: Any, value: Any, key: str, source: str) -> Any:
         if value not in choices:
             raise InputError(f"{source}: '{key}' = {value!r} must be one of {list(choices)}")
         return value
+    if origin is dict:  # a params table: its plug-in's factory checks the values
+        if not isinstance(value, dict):
+            raise InputError(f"{source}: [{key}] must be a table")
+        return dict(value)
     if origin is tuple:
         (item,) = typing.get_args(hint)[:1]
         if not isinstance(value, list):

@@ -34,6 +34,8 @@ FORBIDDEN = {
              "simfl.population"),
     "scenario.py": ("simfl.data", "simfl.population", "simfl.sim", "simfl.train", "torch",
                     "simfl.run", "simfl.records"),
+    "plugins.py": ("torch", "simpy", "simfl.scenario", "simfl.data", "simfl.population",
+                   "simfl.sim", "simfl.train", "simfl.aggregate", "simfl.quantile", "simfl.run"),
     "rng.py": ("simfl.scenario", "simfl.data", "simfl.sim", "simfl.train"),
     "errors.py": ("simfl.",),
     "records.py": ("torch", "simfl.sim", "simfl.train", "simfl.run"),

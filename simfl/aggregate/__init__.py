@@ -9,21 +9,16 @@ from simfl.aggregate.fedavg_sub import fedavg_sub
 from simfl.aggregate.fedprox import fedprox
 from simfl.aggregate.qffl import qffl
 from simfl.aggregate.term import term
+from simfl.plugins import AGGREGATORS, build
 from simfl.scenario import AggregatorConfig
 
 
 def make_aggregator(cfg: AggregatorConfig) -> Aggregator:
-    factories = {
-        "fedavg": lambda: fedavg(),
-        "fedprox": lambda: fedprox(cfg.mu),
-        "deltafl": lambda: deltafl(cfg.theta),
-        "fedavg_sub": lambda: fedavg_sub(cfg.theta),
-        "qffl": lambda: qffl(cfg.q),
-        "term": lambda: term(cfg.tilt),
-        "afl": lambda: afl(cfg.lambda_step),
-        "drfa": lambda: drfa(cfg.lambda_step),
-    }
-    return factories[cfg.name]()
+    """The rule ``cfg.name`` (simfl.plugins.AGGREGATORS), from its factory and the keys of
+    ``cfg`` it takes."""
+    rule = AGGREGATORS.lookup(cfg.name, "aggregator.name")
+    aggregator: Aggregator = build(rule, "aggregator.name", cfg, expect=Aggregator)
+    return aggregator
 
 
 __all__ = ["Aggregator", "Combined", "RoundInputs", "Selection", "afl", "deltafl", "drfa",

@@ -1,5 +1,5 @@
-"""Federated datasets: FEMNIST (npz or LEAF json), Shakespeare (by role or LEAF json) and
-LEAF's synthetic(alpha, beta).
+"""Federated datasets: FEMNIST (npz or LEAF json), Shakespeare (by role or LEAF json),
+LEAF's synthetic(alpha, beta), and plug-ins (simfl.plugins).
 
 ``load_data(cfg, streams)`` returns a :class:`FederatedData`: training devices
 and unseen test devices, split by writer (:mod:`simfl.data.split`), inputs
@@ -8,27 +8,18 @@ standardised with the training devices' statistics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from simfl.data.femnist import load_femnist
-from simfl.data.leaf import load_leaf
 from simfl.data.packed import ClientData, FederatedData
-from simfl.data.shakespeare import load_shakespeare
-from simfl.data.synthetic import load_synthetic
+from simfl.plugins import DATASETS, build
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
 
-LOADERS: dict[str, Callable[[DataConfig, Streams], FederatedData]] = {
-    "femnist": load_femnist,
-    "leaf": load_leaf,
-    "shakespeare": load_shakespeare,
-    "synthetic": load_synthetic,
-}
-
 
 def load_data(cfg: DataConfig, streams: Streams) -> FederatedData:
-    """The federated dataset named by ``cfg.dataset``; raises InputError on bad input."""
-    return LOADERS[cfg.dataset](cfg, streams)
+    """The federated dataset named by ``cfg.dataset`` (simfl.plugins.DATASETS); raises
+    InputError on bad input."""
+    plugin = DATASETS.lookup(cfg.dataset, "data.dataset")
+    data: FederatedData = build(plugin, "data.dataset", cfg, cfg, streams, expect=FederatedData)
+    return data
 
 
-__all__ = ["LOADERS", "ClientData", "FederatedData", "load_data"]
+__all__ = ["ClientData", "FederatedData", "load_data"]

@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from simfl.errors import InputError, RunFailed
+from simfl.plugins import AVAILABILITY, build
 from simfl.population.diurnal import ProfileRates, diurnal_intervals
 from simfl.population.habits import HabitRates, Habits, habit_intervals, propensity
 from simfl.population.table import DeviceTable
 from simfl.population.trace import read_trace, write_trace
 from simfl.rng import Streams
-from simfl.scenario import AvailabilityConfig
+from simfl.scenario import MODELLED_RATES, AvailabilityConfig
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 # The diurnal precomputation holds ~48 bytes per online interval at its peak: refuse a
@@ -219,7 +220,8 @@ def always_online(region_idx: np.ndarray, num_regions: int) -> Availability:
 def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
                        habits: Habits | None = None) -> Availability:
     """The availability of ``devices`` for the configured mode (always / diurnal / habits /
-    trace); ``habits``: each device's, for mode ``habits``."""
+    trace, or a plug-in's: simfl.plugins.AVAILABILITY); ``habits``: each device's, for
+    mode ``habits``."""
     num_regions = len(devices.region_names)
     if cfg.mode == "always":
         return always_online(devices.region_idx, num_regions)
@@ -233,6 +235,11 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: S
             raise InputError(f"{cfg.trace_path}: the trace holds no online interval "
                              "(population.availability.trace_path)")
         return traced
+    if cfg.mode not in ("diurnal", "habits"):
+        mode = AVAILABILITY.lookup(cfg.mode, "population.availability.mode")
+        made: Availability = build(mode, "population.availability.mode", cfg, cfg, devices,
+                                   streams, expect=Availability)
+        return made
     check_diurnal_work(cfg, devices.num_devices)
     rng = streams.numpy("availability")
     if habits is not None:
@@ -252,7 +259,7 @@ def known_rates(cfg: AvailabilityConfig, devices: DeviceTable,
                 habits: Habits | None = None) -> ProfileRates | HabitRates | None:
     """The model's true online probability of each device (None for a trace, whose rates
     no model states): the oracle of the ``ipw_known`` estimator."""
-    if cfg.mode == "trace":
+    if cfg.mode not in MODELLED_RATES:  # a trace's or a plug-in's
         return None
     if habits is not None:
         return HabitRates(devices.utc_offset_s, habits)

@@ -37,11 +37,12 @@ bias is the sampling term.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from simfl.errors import InputError
+from simfl.plugins import ESTIMATORS, build
 from simfl.quantile.estimators import (
     IPW,
     CheckIns,
@@ -61,23 +62,58 @@ from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig
 
 
-def _factories(cfg: EstimatorConfig, checkins: CheckIns, checkins_days: CheckIns | None,
-               strata: np.ndarray, known_rates: OnlineRates | None
-               ) -> dict[str, Callable[[], Estimator]]:
-    mm, bis, tr = cfg.secure_mm, cfg.secure_bisection, cfg.tracking
-    return {
-        "cohort_exact": CohortExact,
-        "secure_mm": lambda: SecureMM(mm.iterations, mm.tol, noise_std=cfg.noise_std),
-        "secure_bisection": lambda: SecureBisection(bis.low, bis.high, bis.tol,
-                                                    noise_std=cfg.noise_std),
-        "tracking": lambda: Tracking(tr.initial, tr.step, noise_std=cfg.noise_std),
-        "ipw": lambda: IPW(checkins),
-        "ipw_days": lambda: IPW(_days(checkins_days), name="ipw_days"),
-        "poststrat": lambda: PostStratified(strata),
-        "poststrat_history": lambda: HistoryStratified(strata, _days(checkins_days),
-                                                       cfg.poststrat_history.bins),
-        "ipw_known": lambda: IPW(_known(known_rates), name="ipw_known"),
-    }
+@dataclass(frozen=True)
+class EstimatorContext:
+    """What an estimator's factory gets (simfl.plugins.ESTIMATORS): the [estimator]
+    section, the run's check-in record of every training device's online hours, the
+    stratum (region) of each device and, for ``always`` / ``diurnal`` / ``habits``
+    availability, the model's true online rates."""
+
+    cfg: EstimatorConfig
+    num_devices: int
+    checkins: CheckIns
+    checkins_days: CheckIns | None  # earlier UTC days only (ipw_days, poststrat_history)
+    strata: np.ndarray  # (N,) int64
+    known_rates: OnlineRates | None
+
+
+def cohort_exact(ctx: EstimatorContext) -> Estimator:
+    return CohortExact()
+
+
+def secure_mm(ctx: EstimatorContext) -> Estimator:
+    mm = ctx.cfg.secure_mm
+    return SecureMM(mm.iterations, mm.tol, noise_std=ctx.cfg.noise_std)
+
+
+def secure_bisection(ctx: EstimatorContext) -> Estimator:
+    bis = ctx.cfg.secure_bisection
+    return SecureBisection(bis.low, bis.high, bis.tol, noise_std=ctx.cfg.noise_std)
+
+
+def tracking(ctx: EstimatorContext) -> Estimator:
+    return Tracking(ctx.cfg.tracking.initial, ctx.cfg.tracking.step,
+                    noise_std=ctx.cfg.noise_std)
+
+
+def ipw(ctx: EstimatorContext) -> Estimator:
+    return IPW(ctx.checkins)
+
+
+def ipw_days(ctx: EstimatorContext) -> Estimator:
+    return IPW(_days(ctx.checkins_days), name="ipw_days")
+
+
+def poststrat(ctx: EstimatorContext) -> Estimator:
+    return PostStratified(ctx.strata)
+
+
+def poststrat_history(ctx: EstimatorContext) -> Estimator:
+    return HistoryStratified(ctx.strata, _days(ctx.checkins_days), ctx.cfg.poststrat_history.bins)
+
+
+def ipw_known(ctx: EstimatorContext) -> Estimator:
+    return IPW(_known(ctx.known_rates), name="ipw_known")
 
 
 def _days(checkins: CheckIns | None) -> CheckIns:
@@ -92,6 +128,19 @@ def _known(rates: OnlineRates | None) -> OnlineRates:
         raise InputError("estimator 'ipw_known' needs the availability model's online rates "
                          "(population.availability.mode 'always' or 'diurnal')")
     return rates
+
+
+def _estimator(name: str, ctx: EstimatorContext) -> Estimator:
+    """The estimator ``name`` (simfl.plugins.ESTIMATORS) for the run ``ctx`` describes;
+    InputError for a plug-in whose estimator has no ``name`` or ``estimate``."""
+    plugin = ESTIMATORS.lookup(name, "estimator.name")
+    made = build(plugin, "estimator.name", ctx.cfg, ctx)
+    if not all(hasattr(made, a) for a in ("name", "losses_in_clear", "estimate")):
+        raise InputError(f"'estimator.name' = {name!r} ({plugin.path}) returned a "
+                         f"{type(made).__name__}, which lacks name, losses_in_clear or "
+                         f"estimate (simfl.quantile.estimators.Estimator)")
+    estimator: Estimator = made
+    return estimator
 
 
 class EstimatorPanel:
@@ -114,12 +163,14 @@ class EstimatorPanel:
             self.checkins_days = CheckIns(num_devices, cfg.ipw.prior, earlier_days=True)
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
-        factories = _factories(cfg, self.checkins, self.checkins_days,
+        ctx = EstimatorContext(cfg, num_devices, self.checkins, self.checkins_days,
                                np.asarray(strata, dtype=np.int64), known_rates)
-        self.estimators: list[Estimator] = [factories[name]() for name in names]
+        self.estimators: list[Estimator] = [_estimator(name, ctx) for name in names]
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0
-        self.wants_checkins = self.draws > 0 or any(isinstance(e, IPW | HistoryStratified)
-                                                    for e in self.estimators)
+        self.wants_checkins = (self.draws > 0 or any(isinstance(e, IPW | HistoryStratified)
+                                                     for e in self.estimators)
+                               or not all(ESTIMATORS.lookup(n, "estimator.name").builtin
+                                          for n in names))  # a plug-in may read them
         self.online = np.arange(num_devices)  # devices online when the last round opened
         self.before: list[Estimator] = self.estimators  # their state before this round
 

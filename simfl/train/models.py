@@ -12,10 +12,15 @@ cohort's updates one (K, P) tensor.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
+
+from simfl.plugins import MODELS, build
+from simfl.scenario import ModelConfig
 
 
 class LinearSoftmax(nn.Module):
@@ -109,17 +114,18 @@ class CharGRU(nn.Module):
         return 1.0 / math.sqrt(self.hidden)
 
 
-MODELS = {"linear": LinearSoftmax, "convnet": ConvNet, "gru": CharGRU}
-
-
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
-                bias: bool = True) -> nn.Module:
-    """The model ``name``; ``bias=False`` (linear only) drops the linear model's intercept."""
-    if name == "linear":
-        return LinearSoftmax(input_shape, num_classes, bias=bias)
-    if not bias:
+                bias: bool = True, params: Mapping[str, Any] | None = None) -> nn.Module:
+    """The model ``name`` (simfl.plugins.MODELS: linear, convnet, gru or a plug-in) with
+    its hyper-parameters ``params``; ``bias=False`` (linear only) drops the linear
+    model's intercept."""
+    plugin = MODELS.lookup(name, "model.name")
+    if not bias and "bias" not in plugin.keys:
         raise ValueError(f"bias=False is for the linear model, not {name!r}")
-    return MODELS[name](input_shape, num_classes)
+    cfg = ModelConfig(name=name, bias=bias, params=dict(params or {}))
+    model: nn.Module = build(plugin, "model.name", cfg, tuple(input_shape), num_classes,
+                             expect=nn.Module)
+    return model
 
 
 @dataclass(frozen=True)
@@ -167,8 +173,10 @@ def initial_params(module: nn.Module, seed: int, dtype: torch.dtype,
             bound = module.init_bound(name)
         else:
             # PyTorch's default Conv/Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
-            # weights (kaiming_uniform with a = sqrt(5)) and biases alike.
-            fan_in = math.prod(shapes[name.rsplit(".", 1)[0] + ".weight"][1:])
+            # weights (kaiming_uniform with a = sqrt(5)) and biases alike; a plug-in's
+            # parameter without a sibling weight takes the fan-in of its own shape.
+            weight = shapes.get(name.rsplit(".", 1)[0] + ".weight", shape)
+            fan_in = math.prod(weight[1:])
             bound = 1.0 / math.sqrt(fan_in)
         flat.append((torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
     return torch.cat([p.flatten() for p in flat]).to(dtype)

@@ -14,14 +14,13 @@ import torch
 from simfl import checkpoint
 from simfl.aggregate import make_aggregator
 from simfl.data import load_data
+from simfl.plugins import AGGREGATORS
 from simfl.population import always_online
 from simfl.population.availability import Availability, from_intervals
 from simfl.population.network import NetworkPaths
 from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import (
-    AGGREGATOR_KEYS,
-    ASYNC_REFUSED,
     AggregatorConfig,
     DataConfig,
     EvalConfig,
@@ -292,7 +291,10 @@ def test_every_async_question_has_a_replay_rule() -> None:
     assert sorted(extra) == sorted(checkpoint.ASYNC_ANSWERS + checkpoint.ASYNC_EFFECTS)
 
 
-@pytest.mark.parametrize("rule", sorted(ASYNC_REFUSED))
+REFUSED = {p.name: p.async_refused for p in AGGREGATORS.builtins() if p.async_refused}
+
+
+@pytest.mark.parametrize("rule", sorted(REFUSED))
 def test_rules_async_mode_cannot_run_are_refused_with_the_reason(rule: str) -> None:
     from simfl.errors import InputError
     from simfl.scenario import from_dict
@@ -300,10 +302,10 @@ def test_rules_async_mode_cannot_run_are_refused_with_the_reason(rule: str) -> N
     with pytest.raises(InputError) as refused:
         from_dict({"server": {"mode": "async"}, "aggregator": {"name": rule}})
     assert f"'aggregator.name' = {rule!r} does not work with 'server.mode' = 'async': " \
-           f"{ASYNC_REFUSED[rule]}" in str(refused.value)
+           f"{REFUSED[rule]}" in str(refused.value)
     # every other rule loads in async mode
-    assert set(ASYNC_REFUSED) < set(AGGREGATOR_KEYS)
-    for other in set(AGGREGATOR_KEYS) - set(ASYNC_REFUSED):
+    assert set(REFUSED) < set(AGGREGATORS.table)
+    for other in {p.name for p in AGGREGATORS.builtins()} - set(REFUSED):
         from_dict({"server": {"mode": "async"}, "aggregator": {"name": other}})
 
 

@@ -1,0 +1,315 @@
+"""Plug-ins: the names a scenario may give its data set, model, aggregation rule,
+threshold estimators and availability mode, and where each one's factory lives.
+
+Each plug-in point has one registry (:data:`REGISTRIES`), name -> :class:`Plugin`:
+the factory's import path, the keys of its scenario section it reads, and (rules,
+estimators) why asynchronous mode cannot run it. simfl's own names are a registry's
+first rows; a name comes in three more ways, all alike from then on:
+
+* a decorator in user code, ``@simfl.register_aggregator("trimmed_mean")``;
+* an entry point of an installed package, in the group ``simfl.aggregators`` (or
+  ``simfl.models``, ``simfl.datasets``, ``simfl.estimators``, ``simfl.availability``),
+  its name the plug-in's and its value ``package.module:function``;
+* the scenario itself naming ``"package.module:function"``: the form a fresh process
+  (``resume``, a Ray worker) can always import again.
+
+A factory's first parameters are fixed per point (:data:`FIXED`); those after them
+are its hyper-parameters, read from the scenario section's key of that name (an
+aggregation rule's ``theta``, ``mu``, ...) or from the section's ``params`` table.
+A name that cannot be imported, or a factory that does not fit its point, is an
+InputError of one line naming the key and the import path.
+
+Torch-free: simfl's own factories are named by path and imported when a run builds
+them; a plug-in's module is imported when a scenario naming it is loaded, which runs
+that module's code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, TypeVar
+
+from simfl.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The leading parameters of each point's factory, passed by position; the factory's
+# other parameters are its hyper-parameters.
+FIXED: dict[str, tuple[str, ...]] = {
+    "aggregators": (),  # -> simfl.aggregate.Aggregator
+    "models": ("input_shape", "num_classes"),  # -> torch.nn.Module
+    "datasets": ("cfg", "streams"),  # (DataConfig, Streams) -> simfl.data.FederatedData
+    "estimators": ("ctx",),  # simfl.quantile.EstimatorContext -> an Estimator
+    "availability": ("cfg", "devices", "streams"),  # -> simfl.population.Availability
+}
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One name of a plug-in point."""
+
+    name: str
+    path: str  # "package.module:function": where its factory lives
+    keys: tuple[str, ...] = ()  # its hyper-parameters: keys of its section or of its params
+    required: tuple[str, ...] = ()  # those of ``keys`` the factory has no default for
+    reads: tuple[str, ...] = ()  # other keys of its section it reads (simfl's own)
+    async_refused: str = ""  # why server.mode = "async" cannot run it ("" = it can)
+    builtin: bool = False
+    factory: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+
+    def load(self, key: str = "", source: str = "<plugin>") -> Callable[..., Any]:
+        """The factory (imported from ``path`` on first use)."""
+        return self.factory if self.factory is not None else import_path(self.path, key,
+                                                                         source)
+
+    def record(self) -> dict[str, str]:
+        """What the manifest keeps: name, import path and the providing package's version."""
+        return {"name": self.name, "path": self.path, "version": distribution_version(self.path)}
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def import_path(path: str, key: str, source: str) -> Callable[..., Any]:
+    """The object named by ``"package.module:function"``; InputError if it cannot be
+    imported or is not callable."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{source}: '{key}' = {path!r} is no 'package.module:function'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as e:  # any error of the plug-in's own module, on one line
+        raise InputError(f"{source}: '{key}' = {path!r} cannot be imported "
+                         f"({one_line(e)})") from None
+    if not callable(obj):
+        raise InputError(f"{source}: '{key}' = {path!r} is not a function (a "
+                         f"{type(obj).__name__})")
+    return obj
+
+
+def distribution_version(path: str) -> str:
+    """The version of the installed distribution providing ``path``'s top-level package
+    ("unknown" for a module on PYTHONPATH that no distribution installed)."""
+    top = path.partition(":")[0].split(".")[0]
+    for dist in metadata.packages_distributions().get(top, []):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def hyperparameters(point: str, factory: Callable[..., Any], what: str) -> tuple[
+        tuple[str, ...], tuple[str, ...]]:
+    """(keys, required keys) of a factory of ``point``: its parameters after the fixed
+    ones. InputError (``what`` names it) if it does not take the fixed ones first or
+    takes ``*args`` / ``**kwargs``."""
+    fixed = FIXED[point]
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{what}: no signature to check ({one_line(e)})") from None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if (len(params) < len(fixed) or any(p.kind not in positional for p in params[:len(fixed)])
+            or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)):
+        raise InputError(f"{what}: a factory of {point} takes ({', '.join(fixed)}) first, "
+                         f"then named hyper-parameters; its signature is "
+                         f"{inspect.signature(factory)}")
+    rest = params[len(fixed):]
+    return (tuple(p.name for p in rest),
+            tuple(p.name for p in rest if p.default is inspect.Parameter.empty))
+
+
+def build(plugin: Plugin, key: str, section: Any, *fixed: Any,
+          expect: type | tuple[type, ...] = object) -> Any:
+    """What ``plugin``'s factory makes from the fixed arguments and its hyper-parameters,
+    each from ``section``'s key of that name or its ``params`` table (else the factory's
+    default). A plug-in's error, or a result that is not an ``expect``, is an InputError
+    naming ``key``."""
+    params = getattr(section, "params", {})
+    kwargs = {k: getattr(section, k) if k != "params" and hasattr(section, k) else params[k]
+              for k in plugin.keys if hasattr(section, k) or k in params}
+    factory = plugin.load(key)
+    if plugin.builtin:
+        return factory(*fixed, **kwargs)
+    try:
+        made = factory(*fixed, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"'{key}' = {plugin.name!r} ({plugin.path}) failed: "
+                         f"{one_line(e)}") from None
+    if not isinstance(made, expect):
+        raise InputError(f"'{key}' = {plugin.name!r} ({plugin.path}) returned a "
+                         f"{type(made).__name__}, not a {getattr(expect, '__name__', expect)}")
+    return made
+
+
+class Registry:
+    """The names of one plug-in point: simfl's own, registered, and entry points."""
+
+    def __init__(self, point: str, builtins: Iterable[Plugin]) -> None:
+        self.point = point
+        self.table = {p.name: p for p in builtins}
+        self.entry_points: dict[str, str] | None = None  # name -> path, once looked up
+
+    @property
+    def group(self) -> str:
+        return f"simfl.{self.point}"
+
+    def builtins(self) -> list[Plugin]:
+        return [p for p in self.table.values() if p.builtin]
+
+    def add(self, name: str, factory: Callable[..., Any], async_refused: str = "",
+            path: str | None = None) -> Plugin:
+        """Register ``factory`` as ``name`` (replacing a plug-in of that name, never one
+        of simfl's own); InputError if it does not fit the point."""
+        what = f"{self.point} plug-in {name!r}"
+        if name in self.table and self.table[name].builtin:
+            raise InputError(f"{what}: {name!r} is one of simfl's own {self.point}")
+        if not callable(factory):
+            raise InputError(f"{what} is not a function (a {type(factory).__name__})")
+        keys, required = hyperparameters(self.point, factory, what)
+        where = path or f"{factory.__module__}:{factory.__qualname__}"
+        plugin = Plugin(name, where, keys, required, (), async_refused, factory=factory)
+        self.table[name] = plugin
+        return plugin
+
+    def register(self, name: str | None = None, *,
+                 async_refused: str = "") -> Callable[[F], F]:
+        """Decorator: register the decorated factory under ``name`` (default: its own)."""
+        def decorate(factory: F) -> F:
+            self.add(name or factory.__name__, factory, async_refused)
+            return factory
+        return decorate
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys([*self.table, *self.discovered()]))
+
+    def discovered(self) -> dict[str, str]:
+        """The entry points of the group, name -> ``package.module:function``."""
+        if self.entry_points is None:
+            self.entry_points = {ep.name: ep.value
+                                 for ep in metadata.entry_points(group=self.group)}
+        return self.entry_points
+
+    def lookup(self, name: str, key: str, source: str = "<scenario>") -> Plugin:
+        """The plug-in a scenario's ``key`` names: a registered name, an entry point, or
+        ``package.module:function``; InputError with the nearest name otherwise."""
+        if name in self.table:
+            return self.table[name]
+        if name in self.discovered():
+            path = self.discovered()[name]
+            return self.add(name, import_path(path, key, source), path=path)
+        if ":" in name:
+            factory = import_path(name, key, source)
+            keys, required = hyperparameters(self.point, factory, f"{source}: '{key}' = "
+                                             f"{name!r}")
+            return Plugin(name, name, keys, required, (),
+                          getattr(factory, "async_refused", ""), factory=factory)
+        near = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InputError(f"{source}: '{key}' = {name!r} must be one of {self.names()} or a "
+                         f"'package.module:function'{hint}")
+
+    def readers(self, key: str) -> list[str]:
+        """simfl's own names that read section key ``key``."""
+        return [p.name for p in self.builtins() if key in (*p.keys, *p.reads)]
+
+
+def _own(name: str, path: str, keys: tuple[str, ...] = (), async_refused: str = "",
+         reads: tuple[str, ...] = ()) -> Plugin:
+    return Plugin(name, path, keys, (), reads, async_refused, builtin=True)
+
+
+_ONE_MODEL = "needs every loss report at one model w_t, and a buffer's updates start " \
+             "from different versions"
+# Every rule combines an async buffer through its own combine with staleness-scaled
+# weights (simfl.aggregate.base), except those with a reason here.
+AGGREGATORS = Registry("aggregators", [
+    _own("fedavg", "simfl.aggregate.fedavg:fedavg"),
+    _own("fedprox", "simfl.aggregate.fedprox:fedprox", ("mu",)),
+    _own("deltafl", "simfl.aggregate.deltafl:deltafl", ("theta",)),
+    _own("fedavg_sub", "simfl.aggregate.fedavg_sub:fedavg_sub", ("theta",),
+         "its smaller cohort is a sync round's; async mode sets how many devices train "
+         "with server.concurrency"),
+    _own("qffl", "simfl.aggregate.qffl:qffl", ("q",),
+         "its step L = 1/lr weighs updates trained with one round's lr from one model"),
+    _own("term", "simfl.aggregate.term:term", ("tilt",)),
+    _own("afl", "simfl.aggregate.afl:afl", ("lambda_step",), f"its λ step {_ONE_MODEL}"),
+    _own("drfa", "simfl.aggregate.drfa:drfa", ("lambda_step",),
+         "its λ step probes losses on the chord of one round's step from one model"),
+])
+MODELS = Registry("models", [
+    _own("linear", "simfl.train.models:LinearSoftmax", ("bias",)),
+    _own("convnet", "simfl.train.models:ConvNet"),
+    _own("gru", "simfl.train.models:CharGRU", ("hidden",)),  # Shakespeare's characters
+])
+DATASETS = Registry("datasets", [
+    _own("synthetic", "simfl.data.synthetic:load_synthetic", reads=("synthetic",)),
+    _own("femnist", "simfl.data.femnist:load_femnist"),
+    _own("leaf", "simfl.data.leaf:load_leaf"),
+    _own("shakespeare", "simfl.data.shakespeare:load_shakespeare"),
+])
+# The threshold of an async buffer comes from its loss reports, sent in the clear with
+# the updates: the devices of a buffer are gone by then, so no multi-round protocol runs.
+_PROTOCOL = "needs the devices online during its protocol"
+# ipw_known is an oracle for the study (the availability model's true online rates);
+# ipw_days is ipw with the online rates from the check-ins of earlier UTC days only;
+# poststrat_history post-stratifies on region x the earlier days' check-in rate. Keys:
+# the estimator sub-tables (and noise_std) each reads.
+ESTIMATORS = Registry("estimators", [
+    _own("cohort_exact", "simfl.quantile.panel:cohort_exact"),
+    _own("secure_mm", "simfl.quantile.panel:secure_mm", (), _PROTOCOL,
+         ("secure_mm", "noise_std")),
+    _own("secure_bisection", "simfl.quantile.panel:secure_bisection", (), _PROTOCOL,
+         ("secure_bisection", "noise_std")),
+    _own("tracking", "simfl.quantile.panel:tracking", (), _PROTOCOL, ("tracking", "noise_std")),
+    _own("ipw", "simfl.quantile.panel:ipw", reads=("ipw",)),
+    _own("ipw_days", "simfl.quantile.panel:ipw_days", reads=("ipw",)),
+    _own("poststrat", "simfl.quantile.panel:poststrat"),
+    _own("poststrat_history", "simfl.quantile.panel:poststrat_history",
+         reads=("poststrat_history",)),
+    _own("ipw_known", "simfl.quantile.panel:ipw_known", (), _PROTOCOL),
+])
+# habits: diurnal, each device with its own propensity, phase and session length
+AVAILABILITY = Registry("availability", [
+    _own("always", "simfl.population.availability:build_availability"),
+    _own("diurnal", "simfl.population.availability:build_availability"),
+    _own("habits", "simfl.population.availability:build_availability", reads=("habits",)),
+    _own("trace", "simfl.population.availability:build_availability"),
+])
+REGISTRIES = {r.point: r for r in (AGGREGATORS, MODELS, DATASETS, ESTIMATORS, AVAILABILITY)}
+
+register_aggregator = AGGREGATORS.register
+register_model = MODELS.register
+register_dataset = DATASETS.register
+register_estimator = ESTIMATORS.register
+register_availability = AVAILABILITY.register
+
+
+# The scenario key that names each point's plug-in (estimators: also estimator.shadow).
+KEYS = {"data.dataset": DATASETS, "model.name": MODELS, "aggregator.name": AGGREGATORS,
+        "estimator.name": ESTIMATORS, "estimator.shadow": ESTIMATORS,
+        "population.availability.mode": AVAILABILITY}
+
+
+def import_recorded(records: dict[str, dict[str, str]], source: str) -> None:
+    """Import the modules of a manifest's plug-ins that were registered by decorator,
+    so that a fresh process (resume) knows their names again (a plug-in named
+    ``package.module:function`` in the scenario is imported by loading it)."""
+    for key, record in records.items():
+        registry = KEYS[key.partition("[")[0]]
+        if ":" in record["name"] or record["name"] in registry.table:
+            continue
+        if record["path"].startswith("__main__:"):
+            raise InputError(f"{source}: '{key}' = {record['name']!r} was registered by a "
+                             f"script run as __main__, which no other process can import: "
+                             f"name it in the scenario as 'package.module:function'")
+        import_path(record["path"], key, source)

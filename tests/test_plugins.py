@@ -1,0 +1,245 @@
+"""Plug-ins: names registered by decorator, entry point or ``package.module:function``
+reach the scenario, the run, its manifest and a resumed process; a plug-in that cannot
+be imported or does not fit is one InputError line (exit 2)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from importlib import import_module, metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import simfl
+from simfl import plugins
+from simfl.aggregate import Aggregator, make_aggregator
+from simfl.cli import main
+from simfl.errors import InputError
+from simfl.population.availability import build_availability
+from simfl.quantile.panel import EstimatorPanel
+from simfl.rng import Streams
+from simfl.scenario import (
+    AggregatorConfig,
+    from_dict,
+    from_manifest,
+    load_scenario,
+    plugins_of,
+)
+
+MODULE = '''
+import numpy as np
+import simfl
+from simfl.aggregate.base import Aggregator, keep_all, weighted_mean
+
+
+@simfl.register_aggregator("halved")
+def halved(theta, scale=0.5):
+    """FedAvg with its step scaled (a test rule)."""
+    def combine(global_params, inputs, state):
+        new = weighted_mean(global_params, inputs, state)
+        return type(new)(global_params + scale * (new.params - global_params), state)
+    return Aggregator("halved", False, keep_all, combine)
+
+
+def needs_beta(beta):
+    return halved(0.5)
+
+
+def not_a_rule():
+    return 3
+
+
+NUMBER = 3
+'''
+TINY = {"name": "tiny", "data": {"synthetic": {"num_clients": 12, "dim": 5}},
+        "server": {"num_rounds": 2, "clients_per_round": 3}, "eval": {"every": 2},
+        "run": {"checkpoint_every": 0}}
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A module of the user's, ``myrules``, importable from ``tmp_path``."""
+    (tmp_path / "myrules.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("myrules", None)
+    plugins.AGGREGATORS.table.pop("halved", None)
+
+
+def test_a_decorated_rule_is_a_name_its_keys_come_from_its_signature(user_module: Path) -> None:
+    import_module("myrules")
+    scenario = from_dict({"aggregator": {"name": "halved", "theta": 0.3,
+                                         "params": {"scale": 0.25}}})
+    rule = plugins_of(scenario)["aggregator.name"]
+    assert (rule.path, rule.keys, rule.required) == ("myrules:halved", ("theta", "scale"),
+                                                     ("theta",))
+    assert isinstance(make_aggregator(scenario.aggregator), Aggregator)
+    with pytest.raises(InputError, match=r"'aggregator.mu' = 0.5 has no meaning"):
+        from_dict({"aggregator": {"name": "halved", "mu": 0.5}})
+
+
+def test_a_module_function_name_imports_itself(user_module: Path) -> None:
+    scenario = from_dict({"aggregator": {"name": "myrules:needs_beta",
+                                         "params": {"beta": 1.0}}})
+    assert make_aggregator(scenario.aggregator).name == "halved"
+    assert plugins_of(scenario)["aggregator.name"].record() == {
+        "name": "myrules:needs_beta", "path": "myrules:needs_beta", "version": "unknown"}
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"name": "nosuchmodule:rule"}, "'aggregator.name' = 'nosuchmodule:rule' cannot be "
+                                    "imported (ModuleNotFoundError: No module named"),
+    ({"name": "myrules:missing"}, "cannot be imported (AttributeError: module 'myrules' "
+                                  "has no attribute 'missing')"),
+    ({"name": "myrules:NUMBER"}, "'aggregator.name' = 'myrules:NUMBER' is not a function"),
+    ({"name": "myrules:needs_beta"}, "'myrules:needs_beta' needs 'aggregator.params.beta'"),
+    ({"name": "myrules:needs_beta", "params": {"beta": 1, "gamma": 2}},
+     "'aggregator.params.gamma' is no hyper-parameter of ['myrules:needs_beta'] "
+     "(they take ['beta'])"),
+    ({"name": "fedavg", "params": {"beta": 1}}, "'aggregator.params.beta' is no "
+                                                "hyper-parameter of ['fedavg']"),
+    ({"name": "fedavgg"}, "must be one of ['fedavg', 'fedprox', 'deltafl', 'fedavg_sub', "
+                          "'qffl', 'term', 'afl', 'drfa'] or a 'package.module:function' "
+                          "(did you mean 'fedavg'?)"),
+])
+def test_a_name_that_is_no_plugin_is_one_line(user_module: Path, table: dict[str, object],
+                                               message: str) -> None:
+    with pytest.raises(InputError) as refused:
+        from_dict({"aggregator": table})
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_factory_that_does_not_fit_is_refused(user_module: Path) -> None:
+    with pytest.raises(InputError, match="a factory of models takes \\(input_shape, "
+                                         "num_classes\\) first"):
+        from_dict({"model": {"name": "myrules:not_a_rule"}})
+    with pytest.raises(InputError, match=r"'aggregator.name' = 'myrules:not_a_rule' "
+                                         r"\(myrules:not_a_rule\) returned a int, not a "
+                                         r"Aggregator"):
+        make_aggregator(AggregatorConfig(name="myrules:not_a_rule"))
+    with pytest.raises(InputError, match="one of simfl's own aggregators"):
+        simfl.register_aggregator("fedavg")(lambda: None)
+
+
+def test_simfls_own_names_state_their_factories_keys() -> None:
+    """The built-in tables name importable factories whose hyper-parameters are the keys
+    they list (no torch is imported to load a scenario, so the keys are written out)."""
+    for registry in plugins.REGISTRIES.values():
+        for plugin in registry.builtins():
+            factory = plugin.load()
+            if plugin.path.endswith(":build_availability"):
+                continue  # the built-in modes share one builder
+            keys, _ = plugins.hyperparameters(registry.point, factory, plugin.name)
+            assert keys == plugin.keys, plugin.name
+
+
+def test_entry_points_are_names(user_module: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    point = SimpleNamespace(name="from_package", value="myrules:needs_beta")
+    monkeypatch.setattr(plugins.metadata, "entry_points",
+                        lambda group: [point] if group == "simfl.aggregators" else [])
+    monkeypatch.setattr(plugins.AGGREGATORS, "entry_points", None)
+    assert "from_package" in plugins.AGGREGATORS.names()
+    scenario = from_dict({"aggregator": {"name": "from_package", "params": {"beta": 2}}})
+    assert plugins_of(scenario)["aggregator.name"].path == "myrules:needs_beta"
+    plugins.AGGREGATORS.table.pop("from_package")
+    monkeypatch.setattr(plugins.AGGREGATORS, "entry_points", None)
+
+
+def test_the_version_is_the_providing_distributions() -> None:
+    assert plugins.distribution_version("numpy.linalg:norm") == metadata.version("numpy")
+    assert plugins.distribution_version("nosuchpackage:f") == "unknown"
+
+
+def test_the_manifest_records_a_decorated_rule_and_a_fresh_process_resolves_it(
+        user_module: Path) -> None:
+    import_module("myrules")
+    run = simfl.api.run(simfl.load_scenario({**TINY, "aggregator": {"name": "halved"}}),
+                    user_module / "run")
+    assert run.status == "complete"
+    assert run.manifest["plugins"] == {"aggregator.name": {
+        "name": "halved", "path": "myrules:halved", "version": "unknown"}}
+    code = ("import sys, simfl; run = simfl.open_run(sys.argv[1]); "
+            "print(run.scenario.aggregator.name)")
+    fresh = subprocess.run([sys.executable, "-c", code, str(user_module / "run")],
+                           capture_output=True, text=True,
+                           env={"PYTHONPATH": f"{user_module}:{Path.cwd()}"})
+    assert fresh.stdout.strip() == "halved", fresh.stderr
+    manifest = json.loads((user_module / "run" / "manifest.json").read_text())
+    manifest["plugins"]["aggregator.name"]["path"] = "__main__:halved"
+    plugins.AGGREGATORS.table.pop("halved")
+    with pytest.raises(InputError, match="registered by a script run as __main__"):
+        from_manifest(manifest, "m.json")
+
+
+def test_a_bad_plugin_on_the_command_line_is_exit_2_and_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text('[model]\nname = "nosuchmodule:mlp"\n')
+    assert main([str(scenario), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'model.name' = 'nosuchmodule:mlp' cannot be imported" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_estimator_and_availability_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An estimator plug-in gets the run's context, an availability plug-in the devices."""
+    from simfl.population.availability import always_online
+    from simfl.quantile.estimators import CohortExact
+
+    @simfl.register_estimator("exact_again")
+    def exact_again(ctx: object, shift: float = 0.0) -> CohortExact:
+        return CohortExact()
+
+    @simfl.register_availability("everyone")
+    def everyone(cfg: object, devices: SimpleNamespace, streams: Streams) -> object:
+        return always_online(devices.region_idx, len(devices.region_names))
+
+    try:
+        scenario = from_dict({"aggregator": {"name": "deltafl"},
+                              "estimator": {"name": "exact_again", "shadow": ["ipw"],
+                                            "params": {"shift": 1.0}},
+                              "population": {"availability": {"mode": "everyone"}}})
+        panel = EstimatorPanel(scenario.estimator, 0.5, 4, Streams(0))
+        assert [e.name for e in panel.estimators] == ["cohort_exact", "ipw"]
+        devices = SimpleNamespace(region_idx=np.zeros(4, np.int64), region_names=["a"],
+                                  num_devices=4)
+        availability = build_availability(scenario.population.availability,
+                                          devices, Streams(0))  # type: ignore[arg-type]
+        assert availability.num_online(10.0) == 4
+        with pytest.raises(InputError, match="'ipw_known' needs the online rates .* "
+                                             "'everyone' has none"):
+            from_dict({"estimator": {"shadow": ["ipw_known"]},
+                       "population": {"availability": {"mode": "everyone"}}})
+    finally:
+        plugins.ESTIMATORS.table.pop("exact_again")
+        plugins.AVAILABILITY.table.pop("everyone")
+
+
+def test_a_plugin_model_builds_and_initialises(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mymodels.py").write_text(textwrap.dedent('''
+        from torch import nn
+        def mlp(input_shape, num_classes, hidden=8):
+            return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], hidden), nn.ReLU(),
+                                 nn.Linear(hidden, num_classes))
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from simfl.train import build_model, initial_params
+
+    model = build_model("mymodels:mlp", (5,), 3, params={"hidden": 4})
+    assert initial_params(model, 0, __import__("torch").float32).shape == (5 * 4 + 4 + 4 * 3
+                                                                           + 3,)
+    sys.modules.pop("mymodels")
+    assert "hidden" in inspect.signature(plugins.import_path("mymodels:mlp", "k", "s")
+                                         ).parameters
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[model]\nname = "mymodels:mlp"\n')
+    with pytest.raises(InputError, match="no FLOP count for model 'mymodels:mlp'"):
+        simfl.api.run(load_scenario(scenario), tmp_path / "out")
