@@ -256,6 +256,7 @@ DATASETS = Registry("datasets", [
     _own("femnist", "simfl.data.femnist:load_femnist"),
     _own("leaf", "simfl.data.leaf:load_leaf"),
     _own("shakespeare", "simfl.data.shakespeare:load_shakespeare"),
+    _own("npz_folder", "simfl.data.own:load_npz_folder"),  # one <client>.npz each
 ])
 # The threshold of an async buffer comes from its loss reports, sent in the clear with
 # the updates: the devices of a buffer are gone by then, so no multi-round protocol runs.

@@ -1,5 +1,7 @@
 """Federated datasets: FEMNIST (npz or LEAF json), Shakespeare (by role or LEAF json),
-LEAF's synthetic(alpha, beta), and plug-ins (simfl.plugins).
+LEAF's synthetic(alpha, beta), a folder of per-client .npz files, one's own arrays
+(:func:`from_arrays`, with :func:`dirichlet_partition` for label skew), and plug-ins
+(simfl.plugins).
 
 ``load_data(cfg, streams)`` returns a :class:`FederatedData`: training devices
 and unseen test devices, split by writer (:mod:`simfl.data.split`), inputs
@@ -8,6 +10,7 @@ standardised with the training devices' statistics.
 
 from __future__ import annotations
 
+from simfl.data.own import dirichlet_partition, from_arrays, load_npz_folder
 from simfl.data.packed import ClientData, FederatedData
 from simfl.plugins import DATASETS, build
 from simfl.rng import Streams
@@ -22,4 +25,5 @@ def load_data(cfg: DataConfig, streams: Streams) -> FederatedData:
     return data
 
 
-__all__ = ["ClientData", "FederatedData", "load_data"]
+__all__ = ["ClientData", "FederatedData", "dirichlet_partition", "from_arrays", "load_data",
+           "load_npz_folder"]
