@@ -140,16 +140,23 @@ def test_simfls_own_names_state_their_factories_keys() -> None:
             assert keys == plugin.keys, plugin.name
 
 
-def test_entry_points_are_names(user_module: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    point = SimpleNamespace(name="from_package", value="myrules:needs_beta")
-    monkeypatch.setattr(plugins.metadata, "entry_points",
-                        lambda group: [point] if group == "simfl.aggregators" else [])
-    monkeypatch.setattr(plugins.AGGREGATORS, "entry_points", None)
-    assert "from_package" in plugins.AGGREGATORS.names()
-    scenario = from_dict({"aggregator": {"name": "from_package", "params": {"beta": 2}}})
-    assert plugins_of(scenario)["aggregator.name"].path == "myrules:needs_beta"
-    plugins.AGGREGATORS.table.pop("from_package")
-    monkeypatch.setattr(plugins.AGGREGATORS, "entry_points", None)
+def test_an_installed_packages_entry_point_is_a_name_with_its_version(
+        user_module: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = user_module / "myrules-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myrules\nVersion: 0.3\n")
+    (info / "top_level.txt").write_text("myrules\n")
+    (info / "entry_points.txt").write_text("[simfl.aggregators]\n"
+                                           "from_package = myrules:needs_beta\n")
+    monkeypatch.setattr(plugins.AGGREGATORS, "entry_points", None)  # look again
+    try:
+        assert "from_package" in plugins.AGGREGATORS.names()
+        scenario = from_dict({"aggregator": {"name": "from_package", "params": {"beta": 2}}})
+        assert plugins_of(scenario)["aggregator.name"].record() == {
+            "name": "from_package", "path": "myrules:needs_beta", "version": "0.3"}
+    finally:
+        plugins.AGGREGATORS.table.pop("from_package", None)
+        plugins.AGGREGATORS.entry_points = None
 
 
 def test_the_version_is_the_providing_distributions() -> None:
