@@ -75,6 +75,10 @@ class DataConfig:
     min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
     test_client_fraction: float = _f(0.5, FRACTION_OPEN)  # writer-level split: unseen test devices
     max_clients: int = _f(0, NON_NEGATIVE)  # subsample this many writers (0 = all)
+    # femnist only: keep the writers whose samples come from these copies (the .npz's
+    # `source_names`, e.g. "zshuai8/FedGMM_ICML2023@5a626c8"), before every other
+    # filter; empty = every writer. A name the file lacks is an error naming this key.
+    sources: tuple[str, ...] = ()
     # Tuning (python -m simfl tune): > 0 sets the unseen test writers aside and evaluates
     # this share of the *training* writers as the "test" side instead (held out, never
     # trained on), so a criterion on it never looks at the test devices.
@@ -555,6 +559,10 @@ def _check_relations(scenario: Scenario, source: str) -> None:
         raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' rescales FEMNIST images "
                          f"itself: it needs 'data.dataset' femnist or leaf (got "
                          f"{data.dataset!r}) and 'data.standardise' = false")
+    if data.sources and data.dataset != "femnist":
+        raise InputError(f"{source}: 'data.sources' names copies in the FEMNIST .npz's "
+                         f"'source_names': it needs 'data.dataset' = 'femnist' (got "
+                         f"{data.dataset!r})")
     model = scenario.model
     if model.name != "linear" and (not model.bias or model.init != "pytorch"):
         raise InputError(f"{source}: 'model.bias' = false and 'model.init' = 'zeros' are for "

@@ -49,8 +49,9 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
         writers = _read(npz, "writer", path)
         _check_index(labels, writers, path)
         groups = group_rows(writers.astype(str) if writers.dtype.kind == "S" else writers)
+        keep = _from_sources(npz, groups.order[groups.offsets[:-1]], cfg.sources, path)
         rng = streams.numpy("data_split")
-        train_idx, test_idx = split_clients(np.diff(groups.offsets), cfg, rng, str(path))
+        train_idx, test_idx = split_clients(np.diff(groups.offsets), cfg, rng, str(path), keep)
         images = _read(npz, "images", path)  # the one large array, read last
     if images.dtype != np.uint8 or images.shape != (len(labels), *IMAGE_SHAPE):
         raise InputError(
@@ -75,6 +76,22 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
         train_x, test_x = authors_pixels(train.x, test.x)
         train, test = replace(train, x=train_x), replace(test, x=test_x)
     return FederatedData(name="femnist", train=train, test=test, num_classes=NUM_CLASSES)
+
+
+def _from_sources(npz: Any, first_rows: np.ndarray, sources: tuple[str, ...],
+                  path: Path) -> np.ndarray | None:
+    """Per writer (``first_rows``: a row of each), whether its samples come from one of
+    ``sources``, names in the file's ``source_names`` (``source`` indexes them per
+    sample); None when ``sources`` is empty (every writer)."""
+    if not sources:
+        return None
+    names = [str(name) for name in _read(npz, "source_names", path)]
+    unknown = [name for name in sources if name not in names]
+    if unknown:
+        raise InputError(f"{path}: data.sources: no source {unknown[0]!r} in the file "
+                         f"(its source_names: {', '.join(names)})")
+    wanted = [names.index(name) for name in sources]
+    return np.isin(_read(npz, "source", path)[first_rows], wanted)
 
 
 def _open_npz(path: Path) -> Any:
