@@ -339,8 +339,8 @@ def _as_failure(e: BaseException) -> BaseException:
     """What a run's work raised, or a RunFailed for an output it could not write (a full
     disk, a file size limit, a folder gone read-only): the run failed, and says why."""
     if isinstance(e, OSError):
-        where = f"{e.filename}: " if e.filename else ""
-        return RunFailed(f"cannot write {where}{e.strerror or e} (free space or fix the "
+        where = e.filename or "the run's files"
+        return RunFailed(f"cannot write {where}: {e.strerror or e} (free space or fix the "
                          "folder, then resume the run)")
     return e
 
@@ -357,8 +357,11 @@ def _record_end(run_dir: Path, manifest: dict[str, Any], recorder: Recorder, e: 
     manifest.update(status="interrupted" if interrupted else "failed",
                     reason=f"{type(failure).__name__}: {failure}", wall_s=wall_s,
                     health=health.summary())
-    with suppress(OSError):
+    try:
         _write_manifest(run_dir, manifest)
+    except OSError:  # no room even for the manifest's temporary copy
+        with suppress(OSError):
+            _overwrite_in_place(run_dir / "manifest.json", _manifest_text(manifest))
 
 
 def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
@@ -483,7 +486,8 @@ def _check_scenario_unedited(run_dir: Path, manifest: dict[str, Any]) -> None:
         return
     started = checkpoint_scenario(run_dir)
     what = "its sha256 differs from the one recorded when the run started"
-    if started is not None:
+    if started is not None:  # compared as JSON reads it back (tuples as lists)
+        started = json.loads(json.dumps(started, default=_json_default))
         now, then = dict(flatten(manifest["scenario"])), dict(flatten(started))
         changed = sorted(set(now) | set(then), key=str)
         what = "; ".join(f"{key} = {now.get(key)!r}, the run started with {then.get(key)!r}"
@@ -553,8 +557,26 @@ def _git_commit() -> str | None:
 
 
 def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    text = json.dumps(manifest, indent=2, default=_json_default) + "\n"
+    text = _manifest_text(manifest)
     write_atomically(run_dir / "manifest.json", lambda tmp: tmp.write_text(text))
+
+
+def _manifest_text(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, default=_json_default) + "\n"
+
+
+def _overwrite_in_place(path: Path, text: str) -> None:
+    """Write ``text`` over ``path`` in the blocks the file holds already, when it fits in
+    them (a full disk has no room for a new copy; a write into allocated blocks needs
+    none, so it cannot stop half-way for lack of space); else leave the file as it is."""
+    data = text.encode()
+    if len(data) > path.stat().st_blocks * 512:
+        return
+    with path.open("r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _json_default(value: Any) -> Any:

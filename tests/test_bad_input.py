@@ -529,6 +529,7 @@ def test_resume_refuses_a_manifest_whose_scenario_was_edited(
     before = tree(out)
     code, err, wall_s = cli(["resume", out, "--quiet"], capsys)
     assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert err.count("the run started with") == 1  # no other key (tuples read back as lists)
     assert tree(out) == before and wall_s < 10
 
 
@@ -636,6 +637,32 @@ def test_a_full_disk_fails_the_run_with_its_reason_and_resume_finishes_it_unchan
     assert cli([scenario, "--out", fresh, "--quiet"], capsys)[0] == 0
     assert {k: v for k, v in tree(out).items() if k.endswith(".parquet")} == \
         {k: v for k, v in tree(fresh).items() if k.endswith(".parquet")}
+
+
+def test_a_full_disk_that_refuses_the_failed_manifests_copy_still_records_the_reason(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import simfl.records
+
+    write_atomically = simfl.records.write_atomically
+    out = tmp_path / "run"
+    calls: list[Path] = []
+
+    def no_room(path: Path, write: object) -> None:
+        calls.append(path)
+        if path.name == "part-000001.parquet" or (calls.count(path) > 1
+                                                  and path.name == "manifest.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write_atomically(path, write)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simfl.run, "write_atomically", no_room)
+    monkeypatch.setattr(simfl.records, "write_atomically", no_room)
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert code == 1 and "No space left on device" in err
+    assert manifest["status"] == "failed" and "No space left on device" in manifest["reason"]
 
 
 def test_a_file_size_limit_fails_the_run_with_the_os_reason(
