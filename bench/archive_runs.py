@@ -12,8 +12,8 @@ versions, wall time, summary), ``eval.parquet`` cut to the final evaluation roun
 (one row per device and split), ``eval_rounds.parquet``, every evaluation round's mean
 and 90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the
 final read moves from one evaluation to the next), and, whole, the small tables
-``rounds.parquet``, ``bias.parquet`` and ``devices.parquet`` (where the run wrote one), and ``comm_by_round.parquet``, the
-run's messages summed by round, direction and kind (columns ``round``, ``direction``,
+``rounds.parquet``, ``bias.parquet`` and ``devices.parquet`` (where the run wrote
+one), and ``comm_by_round.parquet``, the run's messages summed by round, direction and kind (columns ``round``, ``direction``,
 ``kind``, ``messages``, ``bytes``: each kind's traffic, the threshold protocol's too,
 without a row per message): tens of KB per run. ``--whole-eval`` keeps ``eval.parquet``
 whole instead, every evaluation round (for a small population whose study figures read
