@@ -4,24 +4,25 @@
     python bench/archive_runs.py scenarios/paper/linear_afl.tune.toml   # a tuning file too
     python bench/archive_runs.py scenarios/study/drivers.sweep.toml --whole-eval
 
-A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs
-of one table take longer than a machine is kept, and ``results/`` does not outlive the
+A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs of
+one table take longer than a machine is kept, and ``results/`` does not outlive the
 machine it was written on. So for every complete run of the sweep this writes
 ``<to>/<sweep name>/<run id>/`` with the run's ``manifest.json`` (scenario, seed,
-versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round
-(one row per device and split), ``eval_rounds.parquet``, every evaluation round's mean
-and 90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the
-final read moves from one evaluation to the next), and, whole, the small tables
-``rounds.parquet``, ``bias.parquet`` and ``devices.parquet`` (where the run wrote
-one), and ``comm_by_round.parquet``, the run's messages summed by round, direction and kind (columns ``round``, ``direction``,
-``kind``, ``messages``, ``bytes``: each kind's traffic, the threshold protocol's too,
-without a row per message): tens of KB per run. ``--whole-eval`` keeps ``eval.parquet``
-whole instead, every evaluation round (for a small population whose study figures read
-every evaluation, e.g. the drivers study's p90 against cumulative bytes). That directory
-has the layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
-after ``results``), ``python -m simfl sweep --archived docs/runs`` and ``python -m
-simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
-collect --results docs/runs`` read it as a run. A run
+versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round (one
+row per device and split), ``eval_rounds.parquet``, every evaluation round's mean and
+90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the final
+read moves from one evaluation to the next), and, whole, the small tables
+``rounds.parquet``, ``bias.parquet`` and ``devices.parquet`` (where the run wrote one),
+and ``comm_by_round.parquet``, the run's messages summed by round, direction and kind
+(columns ``round``, ``direction``, ``kind``, ``messages``, ``bytes``: each kind's
+traffic, the threshold protocol's too, without a row per message): tens of KB per run.
+``--whole-eval`` keeps ``eval.parquet`` whole instead, every evaluation round (for a
+small population whose study figures read every evaluation, e.g. the drivers study's p90
+against cumulative bytes). That directory has the layout of a run directory, so
+``bench/paper_table.py`` (which looks in ``docs/runs`` after ``results``), ``python -m
+simfl sweep --archived docs/runs`` and ``python -m simfl tune --archived docs/runs``
+(skip what is archived) and ``python -m simfl collect --results docs/runs`` read it as a
+run. A run
 archived before is left as it is when its manifest is the same (the same run), else
 replaced, each file whole (written aside, then renamed); the script says when the
 re-run's summary differs (a re-run at the same seed and thread count should reproduce
