@@ -154,3 +154,25 @@ def _address_space() -> tuple[float | None, str]:
     except OSError:
         pass
     return float(limit), "ulimit -v"
+
+
+def reset_peak() -> None:
+    """Start this process's peak resident memory afresh (Linux's clear_refs "5"), so that
+    :func:`peak_bytes` is this run's, not an earlier run's of the same process (a
+    sequential sweep). Where the kernel offers no reset, the peak stays the process's."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_bytes() -> int:
+    """This process's peak resident memory since :func:`reset_peak` (VmHWM), or since it
+    started where /proc is not there (getrusage's ru_maxrss)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -40,7 +40,7 @@ from simfl.checkpoint import (
 from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
 from simfl.errors import InputError, RunFailed
-from simfl.memory import check_memory
+from simfl.memory import check_memory, peak_bytes, reset_peak
 from simfl.metrics import error_summary
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
@@ -236,6 +236,7 @@ def _build(scenario: Scenario) -> _Built:
     scenario cannot run on its data (see :func:`check_feasible`) or in the memory
     available (:func:`simfl.memory.check_memory`, before anything is allocated)."""
     check_memory(scenario)
+    reset_peak()  # the manifest's peak_rss_mb is this run's, from its data on
     streams = Streams(scenario.seed)
     device = _device(scenario.train.device)
     data = load_data(scenario.data, streams).to(device)
@@ -313,7 +314,7 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
             _record_devices(built, scenario, recorder)
             recorder.merge()
             manifest.update(status="complete", wall_s=wall_s(), summary=summary,
-                            health=health.summary())
+                            health=health.summary(), peak_rss_mb=_peak_rss_mb(manifest))
             _write_manifest(run_dir, manifest)
         except BaseException as e:
             _record_end(run_dir, manifest, recorder, e, wall_s(), health)
@@ -359,7 +360,7 @@ def _record_end(run_dir: Path, manifest: dict[str, Any], recorder: Recorder, e: 
     interrupted = isinstance(e, RunInterrupted | KeyboardInterrupt)
     manifest.update(status="interrupted" if interrupted else "failed",
                     reason=f"{type(failure).__name__}: {failure}", wall_s=wall_s,
-                    health=health.summary())
+                    health=health.summary(), peak_rss_mb=_peak_rss_mb(manifest))
     try:
         _write_manifest(run_dir, manifest)
     except OSError:  # no room even for the manifest's temporary copy
@@ -406,6 +407,12 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
                                     num_online=counts.ravel()))
     if scenario.population.availability.log_intervals:
         population.availability.write_trace(run_dir / "availability_intervals.parquet")
+
+
+def _peak_rss_mb(manifest: dict[str, Any]) -> float:
+    """The run's peak resident memory in MiB, the largest over its sessions (a resumed
+    run's manifest holds the earlier sessions')."""
+    return round(max(peak_bytes() / 2**20, manifest.get("peak_rss_mb", 0.0)), 1)
 
 
 def _record_devices(built: _Built, scenario: Scenario, recorder: Recorder) -> None:
