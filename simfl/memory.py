@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import resource
+from contextlib import suppress
 from pathlib import Path
 
 import torch
@@ -160,10 +161,8 @@ def reset_peak() -> None:
     """Start this process's peak resident memory afresh (Linux's clear_refs "5"), so that
     :func:`peak_bytes` is this run's, not an earlier run's of the same process (a
     sequential sweep). Where the kernel offers no reset, the peak stays the process's."""
-    try:
+    with suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def peak_bytes() -> int:
