@@ -4,24 +4,25 @@
     python bench/archive_runs.py scenarios/paper/linear_afl.tune.toml   # a tuning file too
     python bench/archive_runs.py scenarios/study/drivers.sweep.toml --whole-eval
 
-A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs
-of one table take longer than a work session, and ``results/`` does not outlive the
+A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs of
+one table take longer than a machine is kept, and ``results/`` does not outlive the
 machine it was written on. So for every complete run of the sweep this writes
 ``<to>/<sweep name>/<run id>/`` with the run's ``manifest.json`` (scenario, seed,
-versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round
-(one row per device and split), ``eval_rounds.parquet``, every evaluation round's mean
-and 90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the
-final read moves from one evaluation to the next), and, whole, the small per-round
-tables ``rounds.parquet`` and ``bias.parquet``, and ``comm_by_round.parquet``, the
-run's messages summed by round, direction and kind (columns ``round``, ``direction``,
-``kind``, ``messages``, ``bytes``: each kind's traffic, the threshold protocol's too,
-without a row per message): tens of KB per run. ``--whole-eval`` keeps ``eval.parquet``
-whole instead, every evaluation round (for a small population whose study figures read
-every evaluation, e.g. the drivers study's p90 against cumulative bytes). That directory
-has the layout of a run directory, so ``bench/paper_table.py`` (which looks in ``docs/runs``
-after ``results``), ``python -m simfl sweep --archived docs/runs`` and ``python -m
-simfl tune --archived docs/runs`` (skip what is archived) and ``python -m simfl
-collect --results docs/runs`` read it as a run. A run
+versions, wall time, summary), ``eval.parquet`` cut to the final evaluation round (one
+row per device and split), ``eval_rounds.parquet``, every evaluation round's mean and
+90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the final
+read moves from one evaluation to the next), and, whole, the small tables
+``rounds.parquet``, ``bias.parquet`` and ``devices.parquet`` (where the run wrote one),
+and ``comm_by_round.parquet``, the run's messages summed by round, direction and kind
+(columns ``round``, ``direction``, ``kind``, ``messages``, ``bytes``: each kind's
+traffic, the threshold protocol's too, without a row per message): tens of KB per run.
+``--whole-eval`` keeps ``eval.parquet`` whole instead, every evaluation round (for a
+small population whose study figures read every evaluation, e.g. the drivers study's p90
+against cumulative bytes). That directory has the layout of a run directory, so
+``bench/paper_table.py`` (which looks in ``docs/runs`` after ``results``), ``python -m
+simfl sweep --archived docs/runs`` and ``python -m simfl tune --archived docs/runs``
+(skip what is archived) and ``python -m simfl collect --results docs/runs`` read it as a
+run. A run
 archived before is left as it is when its manifest is the same (the same run), else
 replaced, each file whole (written aside, then renamed); the script says when the
 re-run's summary differs (a re-run at the same seed and thread count should reproduce
@@ -55,7 +56,8 @@ from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
 from simfl.tune import BEGINS, load_tuning, written_by_tune
 
 SUMMARY_KEYS = ("mean", "p90")
-WHOLE = ("rounds", "bias")  # small per-round tables, kept whole
+# small tables, kept whole (devices.parquet: runs from 2026-11-28 on write it)
+WHOLE = ("rounds", "bias", "devices")
 TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE)  # what a run's archive holds
 ARCHIVE_LAYOUT: Layout = {re.escape(name): FILE for name in
                           ("manifest.json", *(f"{t}.parquet" for t in TABLES))}
@@ -162,7 +164,8 @@ def archive(plan: Plan, whole_eval: bool = False) -> None:
                       pl.col("round") == evals["round"].max()),
                   "eval_rounds": error_by_round(evals),
                   "comm_by_round": comm_by_round(pl.read_parquet(run.run_dir / "comm.parquet")),
-                  **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE}}
+                  **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE
+                     if (run.run_dir / f"{t}.parquet").is_file()}}
         for table, frame in tables.items():  # each file whole or not at all, manifest last
             frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
             (dest / f"{table}.parquet.tmp").replace(dest / f"{table}.parquet")

@@ -32,6 +32,12 @@ Shadow estimators see the same cohorts, so the pairing removes what the runs sha
     python bench/bias_table.py docs/runs/bias_week --paired ipw_days,ipw \
         --paired ipw,poststrat --digits 4
 
+``--prescribed`` counts every estimator's causes from what Δ-FL's objective prescribes
+(simfl.plots.study.against_prescribed): the sampling term is ``cohort_exact``'s for all,
+and availability = E_online − E_all(cohort_exact), each estimator's own after its
+correction (bias.parquet's split applies a reweighting estimator's weights to uniform
+cohorts too).
+
 ``--digits N`` sets the decimals of every printed mean and half-width (default 3).
 ``--cohort-sizes`` prints, per cohort size K (``clients_per_round``), how many loss reports
 the estimators saw (``cohort_size``, every round of every run), in how many rounds fewer
@@ -48,7 +54,7 @@ import numpy as np
 import polars as pl
 from intervals import ci  # bench/intervals.py
 
-from simfl.plots.study import DECOMPOSITION, bias_rows
+from simfl.plots.study import DECOMPOSITION, against_prescribed, bias_rows
 
 COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
 
@@ -72,12 +78,18 @@ def main() -> None:
     parser.add_argument("--paired", metavar="A,B", action="append",
                         help="per cell, estimator A minus B paired within runs (the --pivot "
                              "quantity, default online); repeat for more columns")
+    parser.add_argument("--prescribed", action="store_true",
+                        help="every estimator's sampling term is cohort_exact's (the expected "
+                             "uniform-minibatch quantile that Δ-FL's objective prescribes) and "
+                             "availability = E_online - E_all(cohort_exact)")
     parser.add_argument("--digits", type=int, default=3, help="decimals of the printed figures")
     parser.add_argument("--cohort-sizes", action="store_true",
                         help="per K: loss reports the estimators saw, rounds with fewer, "
                              "fewest selected, longest round")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
+    if args.prescribed:
+        bias = against_prescribed(bias)
     if args.cohort_sizes:
         print_cohort_sizes(bias, args.sweep_dir / "rounds.parquet")
         return

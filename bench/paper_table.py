@@ -3,17 +3,28 @@
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
         [--ecdf OUT.png] [--scatter OUT.png] [--plot-variants V ...] [--versus fedavg]
         [--also OTHER.sweep.toml] [--by-size N] [--window R] [--trajectory OUT.png]
-        [--seeds-for GAP] [--results DIR ...]
+        [--seeds-for GAP] [--weighted] [--ratio A B C] [--results DIR ...]
 
 Reads every complete run of the sweep (its manifest and final evaluation), from
 ``results/`` or else from the copies ``bench/archive_runs.py`` keeps in
-``docs/runs/`` (runs outlive a work session only there), and
-prints one markdown row per variant: simfl's mean ± std over the seeds present
-(n) of the unseen test devices' 90th-percentile and mean error, next to the
-papers' mean ± std over their 5 seeds, and Welch's two-sided t-test of the two
-(unequal variances, from the summary statistics; "agree" when p ≥ 0.05; with
-one simfl seed there is no test). Also the sample-weighted mean (what the
-authors' code reports as the mean) and the wall time per run.
+``docs/runs/``, and prints one markdown row per variant: simfl's mean ± std over the
+seeds present (n) of the unseen test devices' 90th-percentile and mean error, the
+papers' mean ± std over their 5 seeds, and simfl − paper: the difference of the
+means with Welch's 95 % interval (from the summary statistics, Welch-Satterthwaite
+degrees of freedom), the verdict docs/reproduction.md registered against a margin
+of ± 1 point (linear) or ± 2 points (ConvNet), *equivalent* when the interval lies
+inside the margin (both one-sided tests against the margin reject at 0.025),
+*different* when it excludes 0, else *undetermined*, and Welch's p with its Holm
+adjustment over the table's rows (one seed: the difference alone). Also the wall
+time per run.
+
+``--weighted`` adds below every row its sample-weighted row: each test device
+weighted by its sample count, the weighted mean (what the authors' code reports as
+the mean) and the weighted 90th percentile, the lower weighted quantile
+min{u : Σ_{k: e_k ≤ u} n_k / Σ n ≥ 0.9} (simfl's ``weighted_quantile``, the long
+paper's Property 7; the unweighted 90th percentile interpolates linearly); and a
+table of weighted minus unweighted on the same runs, with the registered verdict
+of cause C1 for the linear model. Every table then has both.
 
 The papers' values: Pillutla, Laguel, Malick, Harchaoui, "Tackling Distribution
 Shifts in Federated Learning with Superquantile Aggregation" (NeurIPS 2022
@@ -24,7 +35,14 @@ FedAvg-Sub (ConvNet only). ``../shared/papers/`` has both.
 ``--versus V`` adds simfl's own comparison of every variant with variant V: the
 difference in 90th-percentile and mean test error paired by seed (a seed fixes
 the writers kept, the held-out half and the initial model, so the rules of one
-seed share them), its mean with a 95% t-interval, and the paired t-test's p.
+seed share them), its mean with a 95% t-interval, and the paired t-test's p with its
+Holm adjustment over the column's rows, except the registered primary comparisons
+(the first sweep's Δ-FL θ = 0.5 minus its FedAvg or FedAvg-Sub, in the unweighted
+90th percentile), marked *primary* and not adjusted.
+``--ratio A B C`` (repeatable) gives (A − C) / (B − C), the ratio of the paired mean
+differences over the seeds all three have, with Fieller's 95 % confidence set: the
+ratios ρ at which a paired t-test of (A − C) − ρ (B − C) does not reject, an interval
+when B − C is resolved from 0 and otherwise two rays or the whole line, printed as such.
 With ``--seeds-for GAP`` it adds how many paired seeds a two-sided paired t-test at
 0.05 would need to find a true difference of GAP points in the 90th percentile with
 probability 0.8, were the paired differences' standard deviation the one these seeds
@@ -67,6 +85,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from intervals import Difference, equivalence, fieller, holm, paired, weighted_p90, welch
 from scipy import stats
 
 from simfl.plots import save_figure
@@ -107,6 +126,17 @@ PAPER: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = 
 SAME_CELL = {"fedavg_authors_pixels": "fedavg", "fedavg_batch_32": "fedavg",
              "fedavg_authors_model": "fedavg"}
 PAPER_BATCH = {"linear": 10, "convnet": 16}  # App. C.2.2's mini-batch sizes
+# The equivalence margins docs/reproduction.md registered (points of test error): below
+# the paper's own seed-to-seed spread and the rule differences it reports.
+MARGIN = {"linear": 1.0, "convnet": 2.0}
+# The registered primary comparisons: Δ-FL θ = 0.5 minus each of these, in the 90th
+# percentile, within the first sweep given (no other test on a table is primary).
+PRIMARY = ("deltafl_0_5", ("fedavg", "fedavg_sub"))
+# Cause C1's "not supported" bound: half of FedAvg's 2.60-point linear gap (registered).
+HALF_GAP = 1.3
+# The statistics of a run: (label suffix, 90th percentile column, mean column).
+UNWEIGHTED = ("", "p90", "mean")
+WEIGHTED = (", sample-weighted", "wp90", "wmean")
 
 
 def rule_label(scenario: dict) -> str:
@@ -126,14 +156,13 @@ def rule_label(scenario: dict) -> str:
             + ", no bias" * no_bias + ", from W = 0" * zeros + f", batch {batch}" * other_batch)
 
 
-def welch_p(ours: np.ndarray, paper: tuple[float, float]) -> float:
-    """Two-sided p-value of Welch's t-test, our seeds (in %) against the paper's mean ± std
-    over its 5 seeds; nan with fewer than two of ours."""
+def versus_paper(ours: np.ndarray, paper: tuple[float, float]) -> Difference | None:
+    """simfl - paper (in %): our seeds' mean against the paper's mean ± std over its 5
+    seeds, Welch's 95 % interval and t-test from the summary statistics; None with
+    fewer than two of ours."""
     if len(ours) < 2:
-        return math.nan
-    mean, std = paper
-    return float(stats.ttest_ind_from_stats(ours.mean(), ours.std(ddof=1), len(ours), mean, std,
-                                            PAPER_SEEDS, equal_var=False).pvalue)
+        return None
+    return welch(float(ours.mean()), float(ours.std(ddof=1)), len(ours), *paper, PAPER_SEEDS)
 
 
 def wall_cell(part: pl.DataFrame, by_device: bool) -> str:
@@ -144,13 +173,57 @@ def wall_cell(part: pl.DataFrame, by_device: bool) -> str:
                      for d, w in groups.iter_rows())
 
 
-def cell(ours: np.ndarray, paper: tuple[float, float] | None) -> str:
-    """'ours | paper | p (agree?)' for one metric, all in %."""
+def paper_cells(ours: np.ndarray, paper: tuple[float, float] | None, d: Difference | None,
+                holm_p: float, margin: float) -> str:
+    """'simfl | paper | simfl - paper [95 %] | verdict | p (Holm p)' for one metric, in %."""
     if paper is None:
-        return f"{_pm(ours)} | — | —"
-    p = welch_p(ours, paper)
-    verdict = "—" if math.isnan(p) else f"{p:.2g} ({'agree' if p >= 0.05 else 'differ'})"
-    return f"{_pm(ours)} | {paper[0]:.2f} ± {paper[1]:.2f} | {verdict}"
+        return f"{_pm(ours)} | — | — | — | —"
+    if d is None:  # one seed: the difference, no interval
+        return f"{_pm(ours)} | {paper[0]:.2f} ± {paper[1]:.2f} | {ours[0] - paper[0]:+.2f} | — | —"
+    return (f"{_pm(ours)} | {paper[0]:.2f} ± {paper[1]:.2f} | {_interval(d)} | "
+            f"{equivalence(d, margin)} | {d.p:.2g} ({holm_p:.2g})")
+
+
+def paper_table(table: pl.DataFrame, order: list[str], model: str, weighted: bool) -> None:
+    """One row per variant (and its sample-weighted row with ``weighted``): simfl's
+    mean ± std over seeds, the paper's cell, simfl - paper with Welch's 95 % interval,
+    the registered verdict against ± MARGIN[model], and Welch's p with its Holm
+    adjustment over the table's rows of that statistic and metric."""
+    margin = MARGIN.get(model, math.nan)
+    stats_ = (UNWEIGHTED, WEIGHTED) if weighted else (UNWEIGHTED,)
+    rows = []  # (part, statistic, {metric: (values, paper, difference)})
+    for variant in order:
+        part = table.filter(pl.col("variant") == variant)
+        if part.height == 0:
+            continue
+        rule = variant.rsplit("/", 1)[-1]
+        paper = PAPER.get((model, SAME_CELL.get(rule, rule)))
+        for statistic in stats_:
+            cells = {}
+            for k, column in enumerate(statistic[1:]):
+                values = 100 * part[column].to_numpy()
+                cell_paper = paper and paper[k]
+                cells[k] = (values, cell_paper, cell_paper and versus_paper(values, cell_paper))
+            rows.append((part, statistic, cells))
+    adjusted = {}  # (statistic, metric) -> Holm p per row, in row order
+    for statistic in stats_:
+        for k in (0, 1):
+            family = [(i, row[2][k][2]) for i, row in enumerate(rows) if row[1] == statistic]
+            ps = holm([d.p if d else math.nan for _, d in family])
+            adjusted.update({(i, k): p for (i, _), p in zip(family, ps, strict=True)})
+    print(f"Test error in %, mean ± std over seeds; simfl − paper: the difference of the "
+          f"means with Welch's 95 % interval against the paper's {PAPER_SEEDS} seeds; verdict: "
+          f"equivalent when that interval lies inside ± {margin:g} point{'s' * (margin != 1)}, "
+          "different when it "
+          "excludes 0, else undetermined; p: Welch's t-test (Holm-adjusted over the table's "
+          "rows of the column).\n")
+    print("| rule | runs | p90: simfl | paper | simfl − paper | verdict | p (Holm) "
+          "| mean: simfl | paper | simfl − paper | verdict | p (Holm) | wall time per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, (part, statistic, cells) in enumerate(rows):
+        text = [paper_cells(*cells[k], adjusted[(i, k)], margin) for k in (0, 1)]
+        print(f"| {part['label'][0]}{statistic[0]} | {part.height} | {text[0]} | {text[1]} | "
+              f"{wall_cell(part, table['device'].n_unique() > 1)} |")
 
 
 def main() -> None:
@@ -175,6 +248,12 @@ def main() -> None:
     parser.add_argument("--seeds-for", type=float, metavar="GAP",
                         help="with --versus: the paired seeds needed to find a p90 difference "
                              "of GAP points (t-test at 0.05, power 0.8)")
+    parser.add_argument("--weighted", action="store_true",
+                        help="every statistic sample-weighted too (weighted 90th percentile and "
+                             "mean), each in a row beside the unweighted one")
+    parser.add_argument("--ratio", nargs=3, action="append", default=[], metavar=("A", "B", "C"),
+                        help="(A - C) / (B - C) of the paired mean differences, with Fieller's "
+                             "95%% interval (repeatable)")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
     parser.add_argument("--results", action="append", type=Path,
                         help="where run directories are, in order of preference (repeatable; "
@@ -200,10 +279,12 @@ def main() -> None:
         last = evals.filter((pl.col("split") == "test") & (pl.col("round") == evals["round"].max()))
         error, counts = last["error"].to_numpy(), last["num_samples"].to_numpy()
         weighted = float(error @ counts / counts.sum())
+        weighted_tail = weighted_p90(error, counts)
         scenarios.setdefault(key, manifest["scenario"])
         rows.append({"variant": key, "seed": run.params["seed"],
                      "label": rule_label(manifest["scenario"]),
                      "mean": test["mean"], "p90": test["p90"], "wmean": weighted,
+                     "wp90": weighted_tail,
                      "wall_s": manifest["wall_s"], "device": manifest.get("device", "")})
         errors.append(last.select("client_id", "num_samples", "error").with_columns(
             variant=pl.lit(rows[-1]["variant"]), label=pl.lit(rows[-1]["label"]),
@@ -223,26 +304,16 @@ def main() -> None:
     table = table.with_columns(pl.col("variant").replace_strict(labels).alias("label"))
     print(f"{sweep.name} ({model}): {table.height} complete runs of {len(runs)}; "
           f"devices: {', '.join(sorted(set(table['device'])))}")
-    print("Test error in %, mean ± std over seeds; p: Welch's t-test against the paper "
-          f"({PAPER_SEEDS} seeds), agree when p ≥ 0.05.\n")
-    print("| rule | runs | p90: simfl | paper | p | mean: simfl | paper | p "
-          "| sample-weighted mean | wall time per run |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
     order = list(dict.fromkeys(key for key, _ in runs))
-    for variant in order:
-        part = table.filter(pl.col("variant") == variant)
-        if part.height == 0:
-            continue
-        p90, mean, wmean = (part[c].to_numpy() for c in ("p90", "mean", "wmean"))
-        rule = variant.rsplit("/", 1)[-1]
-        paper = PAPER.get((model, SAME_CELL.get(rule, rule)))
-        print(f"| {part['label'][0]} | {part.height} | {cell(100 * p90, paper and paper[0])} | "
-              f"{cell(100 * mean, paper and paper[1])} | {_pm(100 * wmean)} | "
-              f"{wall_cell(part, table['device'].n_unique() > 1)} |")
+    paper_table(table, order, model, args.weighted)
     if args.per_seed:
         per_seed(table, order)
+    if args.weighted:
+        weighting_shift(table, order, model)
     if args.versus:
-        versus(table, args.versus, order, gap=args.seeds_for)
+        versus(table, args.versus, order, gap=args.seeds_for, weighted=args.weighted)
+    for a, b, c in args.ratio:
+        ratio(table, a, b, c, weighted=args.weighted)
     if args.by_size:
         by_size(pl.concat(errors), args.by_size, order, labels)
     if args.window:
@@ -330,30 +401,119 @@ def per_seed(table: pl.DataFrame, order: list[str]) -> None:
 
 
 def versus(table: pl.DataFrame, reference: str, order: list[str], of: str = "",
-           gap: float | None = None) -> None:
-    """Each variant minus ``reference``, paired by seed: mean [95% t-interval], paired p
-    (``of`` names the figures compared when they are not the final evaluation's); with
-    ``gap``, the seeds a paired test needs to find a p90 difference of ``gap`` points."""
-    ref = table.filter(pl.col("variant") == reference).select("seed", "p90", "mean")
+           gap: float | None = None, weighted: bool = False) -> None:
+    """Each variant minus ``reference``, paired by seed: mean [95% t-interval], the paired
+    t-test's p and its Holm adjustment over the table's rows of that column, except the
+    registered primary rows (PRIMARY; only for the final evaluation, ``of`` empty), which
+    are marked and not adjusted (``of`` names the figures compared when they are not the
+    final evaluation's); with ``weighted`` a sample-weighted row below each; with ``gap``,
+    the seeds a paired test needs to find a p90 difference of ``gap`` points."""
+    statistics = (UNWEIGHTED, WEIGHTED) if weighted else (UNWEIGHTED,)
+    columns = ["seed"] + [c for statistic in statistics for c in statistic[1:]]
+    ref = table.filter(pl.col("variant") == reference).select(columns)
     if ref.height == 0:
         raise SystemExit(f"--versus {reference}: no complete run of that variant")
-    print(f"\nEach rule minus {reference}{of}, paired by seed (percentage points; 95% "
-          f"t-interval over the seeds both have; p: paired t-test)\n")
-    plan = f" seeds to find {gap:g} points |" if gap else ""
-    print(f"| rule | seeds | p90 difference | p | mean difference | p |{plan}")
-    print("|---|---|---|---|---|---|" + ("---|" if gap else ""))
+    rows = []  # (label, seeds, statistic, [p90 differences, mean differences], primary)
     for variant in order:
         if variant == reference:
             continue
         both = table.filter(pl.col("variant") == variant).join(ref, on="seed", suffix="_ref")
         if both.height == 0:
             continue
-        p90, mean = (100 * (both[m] - both[f"{m}_ref"]).to_numpy() for m in ("p90", "mean"))
+        seeds = ", ".join(map(str, sorted(both["seed"])))
+        for statistic in statistics:
+            diffs = [100 * (both[m] - both[f"{m}_ref"]).to_numpy() for m in statistic[1:]]
+            primary = (not of and statistic == UNWEIGHTED and variant == PRIMARY[0]
+                       and reference in PRIMARY[1])
+            rows.append((both["label"][0] + statistic[0], seeds, statistic, diffs, primary))
+    adjusted = _holm_by_column(rows)
+    print(f"\nEach rule minus {reference}{of}, paired by seed (percentage points; 95% "
+          f"t-interval over the seeds both have; p: paired t-test, Holm-adjusted over the "
+          "column's rows in brackets; primary: a registered primary comparison, "
+          "not adjusted)\n")
+    plan = f" seeds to find {gap:g} points |" if gap else ""
+    print(f"| rule | seeds | p90 difference | p (Holm) | mean difference | p (Holm) |{plan}")
+    print("|---|---|---|---|---|---|" + ("---|" if gap else ""))
+    for i, (label, seeds, _, diffs, primary) in enumerate(rows):
         need = ""
         if gap:
-            need = f" {seeds_needed(p90.std(ddof=1), gap)} |" if len(p90) > 1 else " — |"
-        print(f"| {both['label'][0]} | {', '.join(map(str, sorted(both['seed'])))} | "
-              f"{_paired(p90)} | {_paired(mean)} |{need}")
+            need = f" {seeds_needed(diffs[0].std(ddof=1), gap)} |" if len(diffs[0]) > 1 else " — |"
+        text = [_paired(d, adjusted[(i, k)], primary and k == 0) for k, d in enumerate(diffs)]
+        print(f"| {label} | {seeds} | {text[0]} | {text[1]} |{need}")
+
+
+def _holm_by_column(rows: list) -> dict[tuple[int, int], float]:
+    """(row, metric) -> Holm-adjusted paired p, each statistic's metric a family of the
+    rows that are not primary (a primary row's p90 stays out: nan here)."""
+    out: dict[tuple[int, int], float] = {}
+    for statistic in {row[2] for row in rows}:
+        for k in (0, 1):
+            family = [i for i, row in enumerate(rows) if row[2] == statistic
+                      and not (row[4] and k == 0) and len(row[3][k]) > 1]
+            ps = holm([paired(rows[i][3][k]).p for i in family])
+            out.update(zip([(i, k) for i in family], ps, strict=True))
+    return {(i, k): out.get((i, k), math.nan) for i in range(len(rows)) for k in (0, 1)}
+
+
+def ratio(table: pl.DataFrame, a: str, b: str, c: str, weighted: bool = False) -> None:
+    """(a - c) / (b - c) of the paired mean differences over the seeds all three have,
+    with Fieller's 95 % confidence set (unbounded where b - c is not resolved from 0)."""
+    statistics = (UNWEIGHTED, WEIGHTED) if weighted else (UNWEIGHTED,)
+    metrics = [m for statistic in statistics for m in statistic[1:]]
+    runs = {v: table.filter(pl.col("variant") == v).select("seed", *metrics) for v in (a, b, c)}
+    for v, part in runs.items():
+        if part.height == 0:
+            raise SystemExit(f"--ratio: no complete run of {v}")
+    both = runs[a].join(runs[b], on="seed", suffix="_b").join(runs[c], on="seed", suffix="_c")
+    print(f"\n({a} − {c}) / ({b} − {c}), paired by seed over seeds "
+          f"{', '.join(map(str, sorted(both['seed'])))}: the ratio of the mean differences "
+          "with Fieller's 95 % confidence set\n")
+    print("| statistic | numerator | denominator | ratio [Fieller 95 %] |")
+    print("|---|---|---|---|")
+    for statistic in statistics:
+        for metric, name in zip(statistic[1:], ("p90", "mean"), strict=True):
+            top = 100 * (both[metric] - both[f"{metric}_c"]).to_numpy()
+            bottom = 100 * (both[f"{metric}_b"] - both[f"{metric}_c"]).to_numpy()
+            if len(top) < 2:
+                raise SystemExit("--ratio: needs at least two seeds with all three variants")
+            print(f"| {name}{statistic[0]} | {top.mean():+.2f} | {bottom.mean():+.2f} | "
+                  f"{fieller(top, bottom)} |")
+
+
+def weighting_shift(table: pl.DataFrame, order: list[str], model: str) -> None:
+    """Per variant, sample-weighted minus unweighted on the same runs (paired by run):
+    the shift of the 90th percentile and of the mean with their 95 % t-intervals and,
+    for a linear cell of the paper, the registered verdict of cause C1 (docs/
+    reproduction.md): supported when the p90 shift's interval lies below 0, sufficient
+    when moreover the weighted p90 minus the paper is equivalent within the margin, not
+    supported when the interval contains 0 and excludes -HALF_GAP, else undetermined."""
+    margin = MARGIN.get(model, math.nan)
+    print("\nSample-weighted minus unweighted, the same runs (percentage points; 95 % "
+          "t-interval over the runs; C1: the registered verdict, linear model)\n")
+    print("| rule | runs | p90 shift | mean shift | weighted p90 − paper | verdict | C1 |")
+    print("|---|---|---|---|---|---|---|")
+    for variant in order:
+        part = table.filter(pl.col("variant") == variant)
+        if part.height < 2:
+            continue
+        shifts = [paired(100 * (part[w] - part[u]).to_numpy()) for u, w in (("p90", "wp90"),
+                                                                             ("mean", "wmean"))]
+        rule = variant.rsplit("/", 1)[-1]
+        paper = PAPER.get((model, SAME_CELL.get(rule, rule)))
+        d = paper and versus_paper(100 * part["wp90"].to_numpy(), paper[0])
+        verdict = equivalence(d, margin) if d else "—"
+        cause = c1_verdict(shifts[0], verdict == "equivalent") if d and model == "linear" else "—"
+        print(f"| {part['label'][0]} | {part.height} | {_interval(shifts[0])} | "
+              f"{_interval(shifts[1])} | {_interval(d) if d else '—'} | {verdict} | {cause} |")
+
+
+def c1_verdict(shift: Difference, equivalent: bool) -> str:
+    """The registered decision rule of a cause, on the shift's 95 % interval."""
+    if shift.high < 0:
+        return "sufficient" if equivalent else "supported"
+    if shift.low > -HALF_GAP and shift.low <= 0 <= shift.high:
+        return "not supported"
+    return "undetermined"
 
 
 def seeds_needed(sd: float, gap: float, power: float = 0.8, alpha: float = 0.05,
@@ -471,13 +631,19 @@ def by_size_over_window(errors: pl.DataFrame, n: int, rounds: int, order: list[s
                   f"{int((small > big).sum())} |")
 
 
-def _paired(diff: np.ndarray) -> str:
-    """'mean [low, high] | p' of paired differences; the value alone for one seed."""
+def _paired(diff: np.ndarray, holm_p: float = math.nan, primary: bool = False) -> str:
+    """'mean [low, high] | p (Holm p)' of paired differences ('p (primary)' for a primary
+    comparison); the value alone for one seed."""
     if len(diff) < 2:
         return f"{diff[0]:+.2f} | —"
-    half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
-    p = float(stats.ttest_1samp(diff, 0.0).pvalue)
-    return f"{diff.mean():+.2f} [{diff.mean() - half:+.2f}, {diff.mean() + half:+.2f}] | {p:.2g}"
+    d = paired(diff)
+    adjusted = "primary" if primary else f"{holm_p:.2g}"
+    return f"{_interval(d)} | {d.p:.2g} ({adjusted})"
+
+
+def _interval(d: Difference) -> str:
+    """'+1.23 [+0.45, +2.01]'."""
+    return f"{d.estimate:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"
 
 
 def _pm(values: np.ndarray) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import io
 import pickle
 import signal
 import threading
@@ -254,13 +255,23 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
 
 def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
     """(rounds done, wall seconds worked) at the run's last checkpoint; None if it has
-    none. Reads only the state file's header values (no journal, no replay)."""
+    none. Reads only the state file (no journal, no replay)."""
+    return _read_state(run_dir, lambda s: (int(s["rounds_done"]), float(s["wall_s"])))
+
+
+def checkpoint_scenario(run_dir: Path) -> dict[str, Any] | None:
+    """The scenario (as in the manifest) the run's last checkpoint was written with; None
+    if it has no checkpoint, or one from before checkpoints kept it."""
+    return _read_state(run_dir, lambda s: s.get("scenario"))
+
+
+def _read_state(run_dir: Path, read: Callable[[dict[str, Any]], T]) -> T | None:
+    """``read`` of the run's checkpoint state, None without one; InputError if unreadable."""
     path = run_dir / CHECKPOINT_DIR / STATE_FILE
     if not path.is_file():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        return int(state["rounds_done"]), float(state["wall_s"])
+        return read(torch.load(path, map_location="cpu", weights_only=False))
     except (OSError, EOFError, KeyError, TypeError, pickle.UnpicklingError, RuntimeError) as e:
         raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
 
@@ -306,10 +317,13 @@ class Checkpointer:
 
     def __init__(self, run_dir: Path, at_rounds: Container[int], learner: JournaledLearner,
                  recorder: Recorder, wall_s: Callable[[], float],
-                 resume: Checkpoint | None = None) -> None:
+                 resume: Checkpoint | None = None,
+                 scenario: dict[str, Any] | None = None) -> None:
         """``at_rounds``: after which rounds to checkpoint (every ``run.checkpoint_every``
-        but the last: :func:`checkpoint_rounds`)."""
+        but the last: :func:`checkpoint_rounds`); ``scenario``: the run's, as in its
+        manifest, kept in every checkpoint (a resume names what an edited manifest changed)."""
         self.dir = run_dir / CHECKPOINT_DIR
+        self.scenario = scenario
         self.at_rounds = at_rounds
         self.learner, self.recorder, self.resume = learner, recorder, resume
         self.wall_s = wall_s  # the run's wall-clock seconds so far
@@ -357,8 +371,11 @@ class Checkpointer:
         write_atomically(segment, lambda tmp: tmp.write_bytes(entries))
         state = {"format": FORMAT, "rounds_done": rounds_done, "t_s": t_s,
                  "wall_s": self.wall_s(), "learner": self.learner.state_dict(), "tables": tables,
-                 "journal_segments": self.num_segments + 1, "last_eval": journal.last_eval}
-        write_atomically(self.dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
+                 "journal_segments": self.num_segments + 1, "last_eval": journal.last_eval,
+                 "scenario": self.scenario}
+        buffer = io.BytesIO()  # torch's own file writer reports a full disk as a RuntimeError
+        torch.save(state, buffer)
+        write_atomically(self.dir / STATE_FILE, lambda tmp: tmp.write_bytes(buffer.getvalue()))
         self.num_segments += 1
         self.last_round = rounds_done
         journal.recorded = []

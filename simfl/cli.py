@@ -15,6 +15,7 @@ import difflib
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -39,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 def _run_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m simfl", description="Run a scenario.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
-    parser.add_argument("--out", type=Path, help="run directory (default results/<name>)")
+    parser.add_argument("--out", type=_output_path, help="run directory (default results/<name>)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key, e.g. --set server.num_rounds=200")
@@ -60,9 +61,9 @@ def _plot_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m simfl plot",
                      description="Figures from a run's Parquet tables.")
     parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories")
-    parser.add_argument("--compare", type=Path,
+    parser.add_argument("--compare", type=_output_path,
                         help="also overlay the runs' tail error vs communication in this PNG")
-    parser.add_argument("--compare-time", type=Path, metavar="PNG",
+    parser.add_argument("--compare-time", type=_output_path, metavar="PNG",
                         help="also overlay the runs' tail error vs simulated time (sync vs async)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace existing --compare / --compare-time files")
@@ -80,7 +81,8 @@ def _trace_parser() -> argparse.ArgumentParser:
                     "fit; python -m simfl trace convert --help, ... stats --help, ... fit "
                     "--help.")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
-    parser.add_argument("--out", type=Path, required=True, help="trace file (.parquet or .csv)")
+    parser.add_argument("--out", type=_output_path, required=True,
+                        help="trace file (.parquet or .csv)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key")
@@ -178,7 +180,7 @@ def _drfl_parser() -> argparse.ArgumentParser:
     parser.add_argument("study", type=Path, nargs="?",
                         help="study TOML (default: the paper's protocol, as in "
                              "docs/drfl_breast_cancer.toml)")
-    parser.add_argument("--out", type=Path, help="output directory "
+    parser.add_argument("--out", type=_output_path, help="output directory "
                         "(default results/<study stem>, or results/drfl_breast_cancer)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the study's files in an existing output directory")
@@ -225,7 +227,7 @@ def _data_parser() -> argparse.ArgumentParser:
                         help="LEAF's data/femnist/data (its train/ and test/ json shards)")
     source.add_argument("--from-tff", type=Path, nargs="+", metavar="FILE.h5",
                         help="fed_emnist_train.h5 and fed_emnist_test.h5 (needs h5py)")
-    parser.add_argument("--out", type=Path, required=True, metavar="PATH.npz",
+    parser.add_argument("--out", type=_output_path, required=True, metavar="PATH.npz",
                         help="the file to write (never replaced)")
     return parser
 
@@ -236,6 +238,13 @@ def _data(args: argparse.Namespace) -> int:
     summary = convert_femnist(args.out, leaf_dir=args.from_leaf, tff_files=args.from_tff or ())
     _say("\n".join(summary.lines()))
     return 0
+
+
+def _output_path(text: str) -> Path:
+    """An output path argument: not empty (Path('') would be the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an output path must not be empty")
+    return Path(text)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -274,6 +283,14 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # numpy's RuntimeWarnings (an overflow in an extreme scenario's arithmetic) would print
+    # before simfl's one line; what they warn of surfaces as simfl's own message or check
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if not argv or argv[0] in ("-h", "--help"):
             _say(_usage())
@@ -304,9 +321,18 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"simfl: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
+    except OSError as e:  # an output path that no check foresaw (a run's own is a failed run)
+        print(f"simfl: error: {_one_line(os_error(e))}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # before a run began (a run's own stop is _report's)
         print("simfl: interrupted", file=sys.stderr)
         return 130
+
+
+def os_error(e: OSError) -> str:
+    """An OSError as ``path: reason`` (no errno number, no traceback)."""
+    where = e.filename if e.filename is not None else ""
+    return f"{where}: {e.strerror}" if where and e.strerror else str(e)
 
 
 def _looks_like_scenario(arg: str) -> bool:
@@ -361,7 +387,10 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
         print(f"simfl: {run_dir}: {e}; {resume}", file=sys.stderr)
         return 128 + e.signum
     except KeyboardInterrupt:
-        if manifest_or_empty(run_dir).get("status") != "interrupted":  # it had not begun
+        manifest = manifest_or_empty(run_dir)
+        if manifest.get("status") == "complete":  # the signal came when nothing was left to stop
+            return _done(run_dir, manifest)
+        if manifest.get("status") != "interrupted":  # it had not begun
             print(f"simfl: {run_dir}: interrupted before the run began; nothing written",
                   file=sys.stderr)
         else:
@@ -371,6 +400,11 @@ def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
     except RunFailed as e:
         print(f"simfl: {run_dir}: run failed: {_one_line(str(e))}", file=sys.stderr)
         return 1
+    return _done(run_dir, manifest)
+
+
+def _done(run_dir: Path, manifest: dict[str, Any]) -> int:
+    """The line of a complete run."""
     test = manifest["summary"]["test"]
     _say(f"{run_dir}: test error mean {test['mean']:.4f}, p90 {test['p90']:.4f} "
          f"({manifest['wall_s']:.1f} s)")
@@ -381,6 +415,9 @@ def _plot(args: argparse.Namespace) -> int:
     from simfl.plots.runs import compare_runs, compare_runs_vs_time, plot_run, reach_level
     from simfl.plots.study import plot_run_bias
 
+    if args.level is not None and not 0 <= args.level <= 1:
+        raise InputError(f"--level {args.level}: must be a 90th-percentile test error, a "
+                         "number in [0, 1]")
     for out in (args.compare, args.compare_time):
         if out is not None:
             check_output_file(out, args.overwrite, "figure", FIGURE_SUFFIXES)
@@ -525,6 +562,8 @@ def check_output_file(path: Path, overwrite: bool, kind: str, suffixes: tuple[st
     """InputError unless ``path`` can be written as a ``kind`` file: its suffix one of
     ``suffixes``, a new file in an existing directory, or an existing file that
     ``overwrite`` allows to replace (never a directory)."""
+    from simfl.records import check_output_path
+
     if path.suffix not in suffixes:
         raise InputError(f"{path}: a {kind} file must end in "
                          f"{', '.join(suffixes[:-1])} or {suffixes[-1]}")
@@ -534,22 +573,26 @@ def check_output_file(path: Path, overwrite: bool, kind: str, suffixes: tuple[st
         raise InputError(f"{path}: exists (use --overwrite to replace it)")
     if not path.parent.is_dir():
         raise InputError(f"{path}: directory {path.parent} does not exist")
+    check_output_path(path)
 
 
 def check_plots_dir(folder: Path) -> None:
     """InputError when ``folder``'s plots/, where its figures go, is there but no folder."""
-    from simfl.records import PLOTS_DIR
+    from simfl.records import PLOTS_DIR, check_output_path
 
     plots = folder / PLOTS_DIR
     if plots.exists() and not plots.is_dir():
         raise InputError(f"{plots}: exists and is not a directory (the figures go there)")
+    check_output_path(plots)
 
 
 def check_study_dir(out_dir: Path, overwrite: bool) -> None:
     """InputError unless the DRFL study may write into ``out_dir``: absent or empty, or
     (``overwrite``) holding only files the study writes, which it replaces."""
     from simfl.algorithms.drfl.experiment import TABLES
+    from simfl.records import check_output_path
 
+    check_output_path(out_dir)
     if not out_dir.exists():
         above = next((p for p in out_dir.parents if p.exists()), None)
         if above is not None and not above.is_dir():

@@ -20,3 +20,9 @@ class RunBusy(InputError):
 
 class RunFailed(RuntimeError):
     """A run failed during its work; the message says why and which key to look at."""
+
+
+def first_paragraph(e: BaseException) -> str:
+    """A library's error message up to its first blank line: its cause, without the
+    paragraphs of advice on the library's own options that some add (polars)."""
+    return str(e).split("\n\n", 1)[0].strip()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -256,17 +257,53 @@ class Committed:
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     """``write(tmp)``, fsync, then rename over ``path``: a reader (or a run resumed after
-    a crash) sees the old file or the whole new one, never a torn one."""
+    a crash) sees the old file or the whole new one, never a torn one; a write that
+    fails (a full disk) removes its temporary file."""
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a kill signal's exception: no half-written file stays
+        tmp.unlink(missing_ok=True)
+        raise
     directory = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+NAME_MAX = 255  # bytes of one path component on Linux file systems
+
+
+def check_output_path(path: Path) -> None:
+    """InputError, before anything is written, unless simfl can create ``path`` (a file,
+    or a folder it writes into) with the folders above it that are missing: the path is
+    not empty, it is UTF-8 (Parquet and JSON metadata name files in it), no component is
+    longer than :data:`NAME_MAX` bytes, and the deepest existing folder (``path`` itself
+    if it is one) takes new entries, as a temporary file created and removed there shows
+    (permissions, a read-only file system, /proc). The one place that turns the OS's
+    refusal of an output path into one line naming it; a folder that does not exist
+    above a file, or a file where a folder should be, is left to the callers' messages."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{ascii(str(path))}: an output path must be valid UTF-8") from None
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise InputError(f"{path}: the name {part[:20]!r}... is {len(os.fsencode(part))} "
+                             f"bytes long, more than the {NAME_MAX} a file system takes")
+    try:
+        folder = next((p for p in (path, *path.parents) if p.is_dir()), None)
+        if folder is None:
+            return
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".simfl-probe-")
+    except OSError as e:
+        raise InputError(f"{path}: cannot write there ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 # What simfl writes in a folder, as data: a name (a regular expression over the whole

@@ -11,7 +11,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -32,13 +32,15 @@ from simfl.checkpoint import (
     JournaledLearner,
     RunInterrupted,
     checkpoint_rounds,
+    checkpoint_scenario,
     load_checkpoint,
     run_lock,
     signals_deferred,
 )
 from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
-from simfl.errors import InputError
+from simfl.errors import InputError, RunFailed
+from simfl.memory import check_memory, peak_bytes, reset_peak
 from simfl.metrics import error_summary
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
@@ -57,15 +59,23 @@ from simfl.records import (
     EvalRows,
     Layout,
     Recorder,
+    check_output_path,
     foreign_entry,
     read_manifest,
     remove_written,
     write_atomically,
 )
 from simfl.rng import Streams
-from simfl.scenario import EstimatorConfig, Scenario, from_manifest, plugins_of, to_dict
+from simfl.scenario import (
+    EstimatorConfig,
+    Scenario,
+    flatten,
+    from_manifest,
+    plugins_of,
+    to_dict,
+)
 from simfl.sim.async_server import async_server
-from simfl.sim.health import Health
+from simfl.sim.health import Health, RunStalled
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import sync_server
 from simfl.sim.tasks import Fleet, Wiring
@@ -94,6 +104,7 @@ def prepare_run_dir(run_dir: Path, overwrite: bool, advise: bool = True) -> None
     other name, no symbolic link, at any depth). InputError otherwise, with the run
     command's advice (--overwrite, --out) unless ``advise`` is False; a run that a live
     process works on is refused by its lock."""
+    check_output_path(run_dir)
     if not run_dir.exists():
         return
     if not run_dir.is_dir():
@@ -173,8 +184,10 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     manifest = read_manifest(run_dir)
     if manifest.get("status") == "complete":
         raise InputError(f"{run_dir}: the run is already complete")
+    check_output_path(run_dir)
     # resuming rewrites the run's tables around what else is there
     _check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
+    _check_scenario_unedited(run_dir, manifest)
     scenario = from_manifest(manifest, str(run_dir / "manifest.json"))
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
@@ -215,11 +228,15 @@ class _Built:
     device: torch.device
     learner: JournaledLearner
     population: Population
+    initial: torch.Tensor  # the global model's parameters before the first round
 
 
 def _build(scenario: Scenario) -> _Built:
     """Everything a run needs, from the scenario; InputError before any output if the
-    scenario cannot run on its data (see :func:`check_feasible`)."""
+    scenario cannot run on its data (see :func:`check_feasible`) or in the memory
+    available (:func:`simfl.memory.check_memory`, before anything is allocated)."""
+    check_memory(scenario)
+    reset_peak()  # the manifest's peak_rss_mb is this run's, from its data on
     streams = Streams(scenario.seed)
     device = _device(scenario.train.device)
     data = load_data(scenario.data, streams).to(device)
@@ -231,7 +248,8 @@ def _build(scenario: Scenario) -> _Built:
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
                      streams)
     learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))
-    return _Built(streams, device, learner, _population(scenario, data, streams))
+    return _Built(streams, device, learner, _population(scenario, data, streams),
+                  params.clone())
 
 
 def check_feasible(scenario: Scenario, data: FederatedData) -> None:
@@ -247,13 +265,14 @@ def check_feasible(scenario: Scenario, data: FederatedData) -> None:
                                  f"training devices (a device runs one task per model version)")
     train, largest = scenario.train, int(data.train.num_samples.max(initial=1))
     batch = min(train.batch_size, largest)
-    cohort = max(server.clients_per_round, server.concurrency)
+    key = "concurrency" if server.concurrency > server.clients_per_round else "clients_per_round"
+    cohort = min(getattr(server, key), n)  # a round trains at most every device
     plan_bytes = cohort * train.local_epochs * -(-largest // batch) * batch * 9
     if plan_bytes > MAX_PLAN_BYTES:
-        raise InputError(f"'train.local_epochs' = {train.local_epochs} with batches of {batch} "
-                         f"and {largest} samples on the largest device: a cohort's minibatch "
-                         f"plan would take {plan_bytes / 2**30:.3g} GiB "
-                         f"(limit {MAX_PLAN_BYTES / 2**30:.0f} GiB)")
+        raise InputError(f"'train.local_epochs' = {train.local_epochs} over a cohort of {cohort} "
+                         f"('server.{key}') with batches of {batch} and {largest} samples on "
+                         f"the largest device: a cohort's minibatch plan would take "
+                         f"{plan_bytes / 2**30:.3g} GiB (limit {MAX_PLAN_BYTES / 2**30:.0f} GiB)")
     if scenario.model.name == "convnet" and len(data.input_shape) < 2:
         raise InputError(f"'model.name' = 'convnet' needs image data; "
                          f"'data.dataset' = {scenario.data.dataset!r} gives vectors")
@@ -277,33 +296,77 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
 
     checkpoints = Checkpointer(
         run_dir, checkpoint_rounds(scenario.run.checkpoint_every, scenario.server.num_rounds),
-        built.learner, recorder, wall_s, checkpoint)
+        built.learner, recorder, wall_s, checkpoint, manifest["scenario"])
     manifest["status"] = "running"
     _write_manifest(run_dir, manifest)
     health = Health(scenario.run.idle_window, scenario.run.idle_share)
-    try:
-        with checkpoints.on_signals():
-            summary, end_s = _simulate(scenario, built, recorder, progress, checkpoints,
-                                       health)
-            health.check_end()
-        with signals_deferred():  # the parts and checkpoint stay until the manifest says complete
+    # From the end of the rounds on, a first stop signal waits for the block's end: the parts
+    # and checkpoint stay until the manifest says complete, and once it does the signal has
+    # nothing left to stop (the run ends as complete; the CLI exits 0).
+    with signals_deferred():
+        try:
+            with checkpoints.on_signals():
+                summary, end_s = _simulate(scenario, built, recorder, progress, checkpoints,
+                                           health)
+                health.check_end()
+                _check_model_moved(scenario, built, health)
             _record_availability(built.population, recorder, run_dir, scenario, end_s)
             _record_devices(built, scenario, recorder)
             recorder.merge()
             manifest.update(status="complete", wall_s=wall_s(), summary=summary,
-                            health=health.summary())
+                            health=health.summary(), peak_rss_mb=_peak_rss_mb(manifest))
             _write_manifest(run_dir, manifest)
-    except BaseException as e:
-        recorder.flush()  # rows so far stay readable in parts/; the last checkpoint stays
-        interrupted = isinstance(e, RunInterrupted | KeyboardInterrupt)
-        manifest.update(status="interrupted" if interrupted else "failed",
-                        reason=f"{type(e).__name__}: {e}", wall_s=wall_s(),
-                        health=health.summary())
-        _write_manifest(run_dir, manifest)
-        raise
-    checkpoints.discard()
-    recorder.remove_parts()
+        except BaseException as e:
+            _record_end(run_dir, manifest, recorder, e, wall_s(), health)
+            failure = _as_failure(e)
+            if failure is e:
+                raise
+            raise failure from e
+        checkpoints.discard()
+        recorder.remove_parts()
     return manifest
+
+
+def _check_model_moved(scenario: Scenario, built: _Built, health: Health) -> None:
+    """RunStalled when the run aggregated updates but its model ended exactly as it
+    started: every combination weighed the updates to nothing (q-FFL's F_k^q overflowing,
+    say), and the run learned nothing while each round looked healthy."""
+    if torch.equal(built.learner.params, built.initial):
+        rule = plugins_of(scenario)["aggregator.name"]
+        keys = [f"aggregator.{key}" for key in rule.keys]
+        raise RunStalled(f"the model never changed: its {health.rounds} rounds aggregated "
+                         f"{health.statuses['aggregated']} updates that left every parameter "
+                         f"as it started (the rule's weights were zero or underflowed: "
+                         f"{', '.join([*keys, 'train.lr'])})")
+
+
+def _as_failure(e: BaseException) -> BaseException:
+    """What a run's work raised, or a RunFailed for an output it could not write (a full
+    disk, a file size limit, a folder gone read-only): the run failed, and says why."""
+    if isinstance(e, OSError):
+        where = e.filename or "the run's files"
+        return RunFailed(f"cannot write {where}: {e.strerror or e} (free space or fix the "
+                         "folder, then resume the run)")
+    return e
+
+
+def _record_end(run_dir: Path, manifest: dict[str, Any], recorder: Recorder, e: BaseException,
+                wall_s: float, health: Health) -> None:
+    """Mark the manifest interrupted or failed with the reason, keeping the rows so far
+    readable in parts/ (the last checkpoint stays). On a full disk the unflushed rows are
+    lost (they are after the checkpoint); a manifest that cannot be written stays as it was."""
+    with suppress(OSError):
+        recorder.flush()
+    failure = _as_failure(e)
+    interrupted = isinstance(e, RunInterrupted | KeyboardInterrupt)
+    manifest.update(status="interrupted" if interrupted else "failed",
+                    reason=f"{type(failure).__name__}: {failure}", wall_s=wall_s,
+                    health=health.summary(), peak_rss_mb=_peak_rss_mb(manifest))
+    try:
+        _write_manifest(run_dir, manifest)
+    except OSError:  # no room even for the manifest's temporary copy
+        with suppress(OSError):
+            _overwrite_in_place(run_dir / "manifest.json", _manifest_text(manifest))
 
 
 def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
@@ -317,6 +380,7 @@ def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Po
 
 def scenario_population(scenario: Scenario) -> Population:
     """The population a run of ``scenario`` builds (its data loaded for the clients)."""
+    check_memory(scenario)
     streams = Streams(scenario.seed)
     return _population(scenario, load_data(scenario.data, streams), streams)
 
@@ -344,6 +408,12 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
                                     num_online=counts.ravel()))
     if scenario.population.availability.log_intervals:
         population.availability.write_trace(run_dir / "availability_intervals.parquet")
+
+
+def _peak_rss_mb(manifest: dict[str, Any]) -> float:
+    """The run's peak resident memory in MiB, the largest over its sessions (a resumed
+    run's manifest holds the earlier sessions')."""
+    return round(max(peak_bytes() / 2**20, manifest.get("peak_rss_mb", 0.0)), 1)
 
 
 def _record_devices(built: _Built, scenario: Scenario, recorder: Recorder) -> None:
@@ -432,6 +502,35 @@ def _check_speed_origin(run_dir: Path, manifest: dict[str, Any], population: Pop
             "(population.compute.speed_source = 'auto' uses it when present)")
 
 
+def scenario_sha256(scenario: dict[str, Any]) -> str:
+    """The sha256 of a scenario as plain data (as a manifest holds it): its JSON with
+    sorted keys, so the manifest's copy read back hashes the same."""
+    text = json.dumps(scenario, sort_keys=True, default=_json_default)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_scenario_unedited(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """InputError when the manifest's scenario is not the one the run started with (its
+    sha256, recorded at the start, differs): the rounds after the checkpoint would run
+    another scenario than those before, under a manifest that names only one. Names the
+    keys that differ from the last checkpoint's copy when there is one. Manifests from
+    before this record are not checked."""
+    recorded = manifest.get("scenario_sha256")
+    if recorded is None or recorded == scenario_sha256(manifest["scenario"]):
+        return
+    started = checkpoint_scenario(run_dir)
+    what = "its sha256 differs from the one recorded when the run started"
+    if started is not None:  # compared as JSON reads it back (tuples as lists)
+        started = json.loads(json.dumps(started, default=_json_default))
+        now, then = dict(flatten(manifest["scenario"])), dict(flatten(started))
+        changed = sorted(set(now) | set(then), key=str)
+        what = "; ".join(f"{key} = {now.get(key)!r}, the run started with {then.get(key)!r}"
+                         for key in changed if now.get(key) != then.get(key)) or what
+    raise InputError(f"{run_dir / 'manifest.json'}: its scenario was edited after the run "
+                     f"started ({what}): a run resumes only with the scenario it started "
+                     "with; restore it, or start a new run with the new values")
+
+
 def _inputs(scenario: Scenario, built: _Built) -> dict[str, str | None]:
     """What the run reads besides its scenario: the data's fingerprint (device ids,
     sample counts, labels) and the availability trace's sha256 (None: no trace)."""
@@ -465,6 +564,7 @@ def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
     return {
         "status": "running",
         "scenario": to_dict(scenario),
+        "scenario_sha256": scenario_sha256(to_dict(scenario)),
         "seed": scenario.seed,
         "versions": {"python": platform.python_version(), **versions},
         "git_commit": _git_commit(),
@@ -494,8 +594,26 @@ def _git_commit() -> str | None:
 
 
 def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    text = json.dumps(manifest, indent=2, default=_json_default) + "\n"
+    text = _manifest_text(manifest)
     write_atomically(run_dir / "manifest.json", lambda tmp: tmp.write_text(text))
+
+
+def _manifest_text(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, default=_json_default) + "\n"
+
+
+def _overwrite_in_place(path: Path, text: str) -> None:
+    """Write ``text`` over ``path`` in the blocks the file holds already, when it fits in
+    them (a full disk has no room for a new copy; a write into allocated blocks needs
+    none, so it cannot stop half-way for lack of space); else leave the file as it is."""
+    data = text.encode()
+    if len(data) > path.stat().st_blocks * 512:
+        return
+    with path.open("r+b") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _json_default(value: Any) -> Any:

@@ -15,7 +15,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,19 @@ POSITIVE: Check = (lambda v: v > 0, "must be > 0")
 NON_NEGATIVE: Check = (lambda v: v >= 0, "must be >= 0")
 FRACTION_OPEN: Check = (lambda v: 0 < v < 1, "must be in (0, 1)")
 THETA: Check = (lambda v: 0 < v <= 1, "must be in (0, 1]")
+# Bounds of values that scale a float32 computation or compound over rounds, so that a
+# run with an extreme one fails at load (exit 2) instead of overflowing mid-run (a
+# float32 conversion, an exponential, a sum of shares). They are far beyond any useful value.
+LARGE = 1e30
+POSITIVE_BOUNDED: Check = (lambda v: 0 < v <= LARGE, "must be in (0, 1e30]")
+NON_NEGATIVE_BOUNDED: Check = (lambda v: 0 <= v <= LARGE, "must be in [0, 1e30]")
+BOUNDED: Check = (lambda v: -LARGE <= v <= LARGE, "must be in [-1e30, 1e30]")
+LOG_SIGMA: Check = (lambda v: 0 <= v <= 10, "must be in [0, 10] (a lognormal's sigma: "
+                    "10 spreads values over a factor e^20 between -1 and +1 sd)")
+MAX_THREADS = 1024  # torch crashes (segmentation fault) creating 1e5 threads
+MAX_OVER_SELECTION = 1000
+MAX_DECOMPOSITION_DRAWS = 100_000  # a bias round runs 2 x draws estimates per estimator
+MAX_BISECTION_SUMS = 128  # secure sums of one bisection: ceil(log2((high - low) / tol))
 
 
 def _params() -> Any:
@@ -85,6 +98,10 @@ class DataConfig:
     min_samples_per_client: int = _f(0, NON_NEGATIVE)  # the papers keep writers with >= 100
     test_client_fraction: float = _f(0.5, FRACTION_OPEN)  # writer-level split: unseen test devices
     max_clients: int = _f(0, NON_NEGATIVE)  # subsample this many writers (0 = all)
+    # femnist only: keep the writers whose samples come from these copies (the .npz's
+    # `source_names`, e.g. "zshuai8/FedGMM_ICML2023@5a626c8"), before every other
+    # filter; empty = every writer. A name the file lacks is an error naming this key.
+    sources: tuple[str, ...] = ()
     # Tuning (python -m simfl tune): > 0 sets the unseen test writers aside and evaluates
     # this share of the *training* writers as the "test" side instead (held out, never
     # trained on), so a criterion on it never looks at the test devices.
@@ -106,7 +123,7 @@ class DataConfig:
 class ModelConfig:
     # linear, convnet, gru (Shakespeare's character model) or a plug-in (simfl.plugins)
     name: str = "linear"
-    l2: float = _f(0.0, NON_NEGATIVE)  # (l2 / 2) * ||w||^2 added to every local loss
+    l2: float = _f(0.0, NON_NEGATIVE_BOUNDED)  # (l2 / 2) * ||w||^2 added to every local loss
     # Linear only, for the authors' model (krishnap25/simplicial-fl: scores x·W from W = 0):
     # bias = false drops the intercept; init = "zeros" starts every parameter at 0 instead
     # of PyTorch's seeded default (docs/reproduction.md, "Checked against the authors' code").
@@ -119,9 +136,9 @@ class ModelConfig:
 class TrainConfig:
     local_epochs: int = _f(1, POSITIVE)
     batch_size: int = _f(32, POSITIVE)
-    lr: float = _f(0.1, POSITIVE)
+    lr: float = _f(0.1, POSITIVE_BOUNDED)
     lr_decay_every: int = _f(0, NON_NEGATIVE)  # rounds between decays (0 = constant lr)
-    lr_decay_factor: float = _f(0.5, POSITIVE)
+    lr_decay_factor: float = _f(0.5, (lambda v: 0 < v <= 1, "must be in (0, 1] (a decay)"))
     backend: Literal["auto", "batched", "loop"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "cpu"
     dtype: Literal["float32", "float64"] = "float32"
@@ -131,7 +148,7 @@ class TrainConfig:
     # torch intra-op threads for the run (0 = torch's default, one per core). 1 by default:
     # measured no faster with 2 on the linear model, and far slower beside a busy core
     # (README, "Threads"); the ConvNet on a CPU alone on the machine gains from more.
-    threads: int = _f(1, NON_NEGATIVE)
+    threads: int = _f(1, (lambda v: 0 <= v <= MAX_THREADS, f"must be in [0, {MAX_THREADS}]"))
 
 
 @dataclass(frozen=True)
@@ -144,14 +161,15 @@ class AggregatorConfig:
     # Delta-FL: keep the clients in the top-theta loss tail; fedavg_sub: select
     # round(theta * server.clients_per_round) devices (Delta-FL's count varies: fedavg_sub.py)
     theta: float = _f(0.5, THETA)
-    mu: float = _f(0.01, NON_NEGATIVE)  # FedProx: (mu / 2) * ||w - w_t||^2 in every local loss
+    # FedProx: (mu / 2) * ||w - w_t||^2 in every local loss
+    mu: float = _f(0.01, NON_NEGATIVE_BOUNDED)
     q: float = _f(1.0, NON_NEGATIVE)  # q-FFL: updates weighted by F_k(w_t)^q (0 = uniform FedAvg)
     # TERM: weights ∝ alpha_k * exp(tilt * F_k(w_t)); > 0 for fairness, < 0 against outliers
     tilt: float = 1.0
     # AFL (gamma_lambda) and DRFA (tau * gamma): projected-ascent step of the mixture
     # weights lambda per round. A round moves lambda_k by about step * (N / K) * F_k,
     # against lambda_k ~ 1 / N: keep step << K / (N^2 * loss).
-    lambda_step: float = _f(1e-5, NON_NEGATIVE)
+    lambda_step: float = _f(1e-5, NON_NEGATIVE_BOUNDED)
     params: dict[str, Any] = _params()
 
 
@@ -163,15 +181,17 @@ class SecureMMConfig:
 
 @dataclass(frozen=True)
 class BisectionConfig:
-    low: float = 0.0  # the search range of the threshold (losses outside it are clamped)
-    high: float = 16.0
+    # the search range of the threshold (losses outside it are clamped)
+    low: float = _f(0.0, BOUNDED)
+    high: float = _f(16.0, BOUNDED)
     tol: float = _f(1e-3, POSITIVE)  # final bracket width: ceil(log2((high - low) / tol)) sums
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    initial: float = _f(1.0, POSITIVE)  # the threshold of the first round
-    step: float = _f(0.2, POSITIVE)  # geometric step: eta *= exp(-step * (share below - level))
+    initial: float = _f(1.0, POSITIVE_BOUNDED)  # the threshold of the first round
+    # geometric step: eta *= exp(-step * (share below - level))
+    step: float = _f(0.2, (lambda v: 0 < v <= 10, "must be in (0, 10]"))
 
 
 @dataclass(frozen=True)
@@ -200,7 +220,8 @@ class EstimatorConfig:
     bias_every: int = _f(0, NON_NEGATIVE)
     # On bias rounds, Monte-Carlo draws of random cohorts (of the cohort's size) from all
     # training devices and from those online now, for the bias decomposition (0 = off).
-    decomposition_draws: int = _f(50, NON_NEGATIVE)
+    decomposition_draws: int = _f(50, (lambda v: 0 <= v <= MAX_DECOMPOSITION_DRAWS,
+                                       f"must be in [0, {MAX_DECOMPOSITION_DRAWS}]"))
     noise_std: float = _f(0.0, NON_NEGATIVE)  # Gaussian noise on every secure sum (DP knob)
     secure_mm: SecureMMConfig = _f(SecureMMConfig)
     secure_bisection: BisectionConfig = _f(BisectionConfig)
@@ -216,7 +237,8 @@ class ServerConfig:
     clients_per_round: int = _f(10, POSITIVE)
     # Select clients_per_round * (1 + over_selection) devices; the round closes once
     # 1 / (1 + over_selection) of the devices that train have uploaded (Bonawitz et al. 2019).
-    over_selection: float = _f(0.0, NON_NEGATIVE)
+    over_selection: float = _f(0.0, (lambda v: 0 <= v <= MAX_OVER_SELECTION,
+                                     f"must be in [0, {MAX_OVER_SELECTION}]"))
     min_online: int = _f(1, POSITIVE)  # wait until at least this many devices are online
     wait_poll_s: float = _f(60.0, POSITIVE)  # how often to look again while waiting
     # Fail the run (RunStalled) after waiting this long for enough idle online devices.
@@ -253,7 +275,8 @@ UNIT_INTERVAL: Check = (lambda v: 0 <= v <= 1, "must be in [0, 1]")
 class Region:
     name: str = "utc"
     utc_offset_h: float = _f(0.0, (lambda v: -12 <= v <= 14, "must be in [-12, 14]"))
-    share: float = _f(1.0, POSITIVE)  # relative share of devices (normalised over the regions)
+    # relative share of devices (normalised over the regions)
+    share: float = _f(1.0, POSITIVE_BOUNDED)
     # Access bandwidth (down and up) relative to [population.network]'s medians: mobile
     # speeds differ several-fold between countries.
     link_scale: float = _f(1.0, POSITIVE)
@@ -323,7 +346,7 @@ class ComputeConfig:
     speed_source: Literal["auto", "benchmark", "lognormal"] = "auto"
     score: Literal["cpu_float", "ai_score"] = "cpu_float"
     phone_mix: Literal["deployment", "benchmark_list"] = "deployment"
-    speed_log_sigma: float = _f(0.93, NON_NEGATIVE)  # lognormal fallback: spread of speeds
+    speed_log_sigma: float = _f(0.93, LOG_SIGMA)  # lognormal fallback: spread of speeds
     calibration_batch_size: int = _f(16, POSITIVE)  # batch size of the LeNet time per sample
     train_flops_per_sample: float = _f(0.0, NON_NEGATIVE)  # 0 = from the model's name
 
@@ -331,11 +354,11 @@ class ComputeConfig:
 @dataclass(frozen=True)
 class NetworkConfig:
     down_median_bytes_per_s: float = _f(4.5e6, POSITIVE)
-    down_log_sigma: float = _f(0.8, NON_NEGATIVE)
+    down_log_sigma: float = _f(0.8, LOG_SIGMA)
     up_median_bytes_per_s: float = _f(1.4e6, POSITIVE)
-    up_log_sigma: float = _f(0.8, NON_NEGATIVE)
+    up_log_sigma: float = _f(0.8, LOG_SIGMA)
     latency_median_s: float = _f(0.040, NON_NEGATIVE)
-    latency_log_sigma: float = _f(0.5, NON_NEGATIVE)
+    latency_log_sigma: float = _f(0.5, LOG_SIGMA)
     region_capacity_bytes_per_s: float = _f(1.25e9, POSITIVE)  # each direction
     region_latency_s: float = _f(0.010, NON_NEGATIVE)
     server_capacity_bytes_per_s: float = _f(1.25e9, POSITIVE)  # each direction
@@ -588,6 +611,11 @@ def _check_relations(scenario: Scenario, source: str) -> None:
     if bisection.high <= bisection.low:
         raise InputError(f"{source}: 'estimator.secure_bisection.high' = {bisection.high!r} "
                          f"must be > 'estimator.secure_bisection.low' = {bisection.low!r}")
+    sums = math.log2((bisection.high - bisection.low) / bisection.tol)
+    if sums > MAX_BISECTION_SUMS:
+        raise InputError(f"{source}: 'estimator.secure_bisection.tol' = {bisection.tol!r} would "
+                         f"take {sums:.3g} secure sums to narrow [low, high] to it (limit "
+                         f"{MAX_BISECTION_SUMS}): raise tol")
     mode = scenario.population.availability.mode
     if ("ipw_known" in (scenario.estimator.name, *scenario.estimator.shadow)
             and mode not in MODELLED_RATES):
@@ -600,6 +628,10 @@ def _check_relations(scenario: Scenario, source: str) -> None:
         raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' rescales FEMNIST images "
                          f"itself: it needs 'data.dataset' femnist or leaf (got "
                          f"{data.dataset!r}) and 'data.standardise' = false")
+    if data.sources and data.dataset != "femnist":
+        raise InputError(f"{source}: 'data.sources' names copies in the FEMNIST .npz's "
+                         f"'source_names': it needs 'data.dataset' = 'femnist' (got "
+                         f"{data.dataset!r})")
     model = scenario.model
     if model.name != "linear" and (not model.bias or model.init != "pytorch"):
         raise InputError(f"{source}: 'model.bias' = false and 'model.init' = 'zeros' are for "
@@ -610,6 +642,15 @@ def _check_relations(scenario: Scenario, source: str) -> None:
 def to_dict(scenario: Scenario) -> dict[str, Any]:
     """The resolved scenario as plain data (for manifest.json)."""
     return dataclasses.asdict(scenario)
+
+
+def flatten(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) for every leaf of a nested table (a scenario as plain data)."""
+    for key, value in table.items():
+        if isinstance(value, dict):
+            yield from flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def build_config(cls: type, table: Any, where: str, source: str) -> Any:

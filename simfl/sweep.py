@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import json
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from simfl.errors import InputError, RunBusy, RunFailed
 from simfl.metrics import error_summary
 from simfl.records import PLOTS_DIR, manifest_or_empty, read_table, write_atomically
-from simfl.scenario import Scenario, from_dict, is_plain_name, load_scenario, to_dict
+from simfl.scenario import Scenario, flatten, from_dict, is_plain_name, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
 RAY_KEYS = {"address", "num_cpus", "num_gpus"}
@@ -386,10 +386,10 @@ def scenario_changes(run_dir: Path, scenario: Scenario) -> list[str]:
     if not isinstance(started, dict):
         return ["its manifest holds no scenario"]
     try:
-        ran = dict(_flat(to_dict(from_dict(started, source=str(run_dir / "manifest.json")))))
+        ran = dict(flatten(to_dict(from_dict(started, source=str(run_dir / "manifest.json")))))
     except InputError as e:  # a key simfl no longer has, or a value it no longer takes
         return [f"its scenario no longer loads ({e})"]
-    now = dict(_flat(to_dict(scenario)))
+    now = dict(flatten(to_dict(scenario)))
     return [f"{key} = {toml_value(ran[key])} (the sweep: {toml_value(now[key])})"
             for key in sorted(ran) if ran[key] != now[key]]
 
@@ -426,15 +426,6 @@ def _changes(sweep: Sweep, run: SweepRun) -> list[str]:
     return scenario_changes(run.run_dir, load_scenario(sweep.scenario, run.overrides))
 
 
-def _flat(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) for every leaf of a nested table."""
-    for key, value in table.items():
-        if isinstance(value, dict):
-            yield from _flat(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
 BUSY = "skipped: another process is working on it"  # the status of a run left to it
 
 
@@ -458,7 +449,7 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
             backend = "sequential"
     if backend == "ray":
         return _run_ray(sweep, pending, report)
-    from simfl.checkpoint import run_locked  # torch: not for the CLI
+    from simfl.checkpoint import RunInterrupted, run_locked  # torch: not for the CLI
 
     statuses = {}
     for i, run in enumerate(pending):
@@ -472,10 +463,14 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
             try:
                 statuses[run.run_id] = _run_one(sweep.scenario, run.overrides, run.run_dir,
                                                 progress)
+            except RunInterrupted:  # a stop signal stops the sweep
+                raise
             except RunFailed as e:  # the run's manifest says why; the sweep goes on
                 statuses[run.run_id] = f"failed: {e}"
             except RunBusy:  # another process took the run since run_locked looked
                 statuses[run.run_id] = BUSY
+            except Exception as e:  # a crash is one failed run, as a Ray task's is
+                statuses[run.run_id] = f"failed: {type(e).__name__}: {e}"
         report(f"[{i + 1}/{len(pending)}] {run.run_id}: {statuses[run.run_id]}")
     return statuses
 

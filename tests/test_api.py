@@ -29,7 +29,7 @@ def test_every_example_of_the_api_page_runs_outside_the_package(tmp_path: Path) 
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     run = simfl.open_run(tmp_path / "results" / "api_demo")
-    assert run.status == "complete"
+    assert run.status == "complete" and run.manifest["peak_rss_mb"] > 50
     assert run.devices["client_idx"].to_list() == list(range(30))  # half of 60 train
     assert (run.path / "plots" / "p90_vs_bytes.png").is_file()
 

@@ -9,6 +9,7 @@ and must never delete or replace what simfl did not write.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 import simfl.run
 from simfl.checkpoint import run_lock
 from simfl.cli import main
+from simfl.memory import LIMIT_ENV
 from simfl.plots.runs import plot_run
 from simfl.run import MAX_AVAILABILITY_HOURS
 
@@ -104,12 +106,60 @@ CASES = {
         ["run.idle_window=0", "server.deadline_s=0.001"], 1, "trained nothing"),
     "a wait that would look again 8.6e7 times": (
         ["server.wait_poll_s=0.001"], 2, "server.wait_poll_s"),
+    # values that once passed validation and crashed mid-run (overflow, IndexError, ...)
+    "lr beyond float32": (["train.lr=1e39"], 2, "'train.lr'"),
+    "lr growing by 1e308 a decay": (
+        ["train.lr_decay_every=1", "train.lr_decay_factor=1e308"], 2, "train.lr_decay_factor"),
+    "l2 of 1e308": (["model.l2=1e308"], 2, "'model.l2'"),
+    "l2 of 1e39": (["model.l2=1e39"], 2, "'model.l2'"),
+    "FedProx mu of 1e308": (['aggregator.name="fedprox"', "aggregator.mu=1e308"], 2,
+                            "'aggregator.mu'"),
+    "FedProx mu of 1e39": (['aggregator.name="fedprox"', "aggregator.mu=1e39"], 2,
+                           "'aggregator.mu'"),
+    "AFL lambda step of 1e308": (['aggregator.name="afl"', "aggregator.lambda_step=1e308"], 2,
+                                 "aggregator.lambda_step"),
+    "DRFA lambda step of 1e308": (['aggregator.name="drfa"', "aggregator.lambda_step=1e308"],
+                                  2, "aggregator.lambda_step"),
+    "over-selection of 1e308": (["server.over_selection=1e308"], 2, "server.over_selection"),
+    "bisection over ±1e308": (
+        ['estimator.name="secure_bisection"', "estimator.secure_bisection.low=-1e308",
+         "estimator.secure_bisection.high=1e308"], 2, "estimator.secure_bisection.low"),
+    "bisection to 5e-324": (['estimator.name="secure_bisection"',
+                             "estimator.secure_bisection.tol=5e-324"], 2,
+                            "estimator.secure_bisection.tol"),
+    "tracking from 1e308": (['estimator.name="tracking"', "estimator.tracking.initial=1e308"],
+                            2, "estimator.tracking.initial"),
+    "tracking steps of 1e308": (['estimator.name="tracking"',
+                                 "estimator.tracking.step=1e308"], 2, "estimator.tracking.step"),
+    "bandwidth sigma of 1e4": (["population.network.down_log_sigma=1e4"], 2,
+                               "population.network.down_log_sigma"),
+    "speed sigma of 1e4": (['population.compute.speed_source="lognormal"',
+                            "population.compute.speed_log_sigma=1e4"], 2,
+                           "population.compute.speed_log_sigma"),
+    "two region shares of 1e308": (
+        ['population.regions=[{name="a", share=1e308}, {name="b", share=1e308}]'], 2,
+        "population.regions[0].share"),
+    "1e5 torch threads": (["train.threads=100000"], 2, "train.threads"),
+    "2**62 torch threads": (["train.threads=4611686018427387904"], 2, "train.threads"),
+    "a billion decomposition draws a round": (
+        ["estimator.bias_every=1", "estimator.decomposition_draws=1000000000"], 2,
+        "estimator.decomposition_draws"),
+    # memory: the builder's temporaries and the model are estimated before they are taken
+    "ten million classes": (["data.synthetic.num_classes=10000000"], 2,
+                            "'data.synthetic.num_classes' = 10000000"),
+    "200,000 synthetic clients": (["data.synthetic.num_clients=200000"], 2,
+                                  "'data.synthetic.num_clients' = 200000"),
+    # runs that reported success wrongly
+    "q-FFL whose weights underflow: the model never moves": (
+        ['aggregator.name="qffl"', "aggregator.q=1000"], 1, "aggregator.q"),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_each_reproduction_ends_fast_with_its_exit_status_and_names_the_key(
-        case: str, scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        case: str, scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(LIMIT_ENV, str(16 * 2**30))  # the memory cases on any machine
     overrides, expected, named = CASES[case]
     out = tmp_path / "run"
     args: list[object] = [scenario, "--out", out, "--quiet"]
@@ -424,3 +474,331 @@ def test_plot_refuses_a_sweep_folder_instead_of_pooling_its_runs(
     assert code == 2 and "a sweep's folder" in err
     code, err, _ = cli(["plot", tmp_path / "nothing"], capsys)
     assert code == 2 and "not a run directory" in err
+
+
+# --- memory, an edited manifest, output paths, disk full, signals, sweeps (issue 56) ---
+
+
+def test_the_memory_guard_refuses_a_run_beyond_the_limit_set_and_names_the_key(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    monkeypatch.setenv(LIMIT_ENV, str(2**20))  # 1 MiB: less than the tiny run's features
+    code, err, wall_s = cli([scenario, "--out", out, "--quiet"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "'data.synthetic.num_clients' = 40" in err
+    assert f"${LIMIT_ENV}" in err and wall_s < 10 and not out.exists()
+    monkeypatch.setenv(LIMIT_ENV, str(2**30))
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+
+
+def test_the_synthetic_estimate_counts_the_samples_a_client_really_gets() -> None:
+    from simfl.data.synthetic import generate, mean_samples
+    from simfl.rng import Streams
+    from simfl.scenario import SyntheticConfig
+
+    cfg = SyntheticConfig(num_clients=400, dim=2)
+    drawn = generate(cfg, Streams(0)).num_samples.mean()
+    assert mean_samples(cfg) == pytest.approx(237, abs=2)  # was taken as 50 (min_samples)
+    assert drawn == pytest.approx(mean_samples(cfg), rel=0.15)
+
+
+def _failed_run_with_checkpoints(scenario: Path, out: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = cli([scenario, "--out", out, "--quiet", "--set", "server.deadline_s=0.001"],
+                     capsys)
+    assert code == 1  # failed at round 9, with checkpoints at rounds 4 and 8
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("aggregator.theta", 0.9, "aggregator.theta = 0.9, the run started with 0.5"),
+    ("train.lr", 0.5, "train.lr = 0.5, the run started with 0.1"),
+    ("seed", 7, "seed = 7, the run started with 1"),  # was: "its data changed"
+])
+def test_resume_refuses_a_manifest_whose_scenario_was_edited(
+        key: str, value: float, named: str, scenario: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    _failed_run_with_checkpoints(scenario, out, capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    *parents, leaf = key.split(".")
+    table = manifest["scenario"]
+    for part in parents:
+        table = table[part]
+    table[leaf] = value
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    before = tree(out)
+    code, err, wall_s = cli(["resume", out, "--quiet"], capsys)
+    assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert err.count("the run started with") == 1  # no other key (tuples read back as lists)
+    assert tree(out) == before and wall_s < 10
+
+
+def test_resume_refuses_an_edited_manifest_before_its_first_checkpoint(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code, _, _ = cli([scenario, "--out", out, "--quiet", "--set", "server.deadline_s=0.001",
+                      "--set", "run.checkpoint_every=0"], capsys)
+    assert code == 1
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["scenario"]["aggregator"]["theta"] = 0.9
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    code, err, _ = cli(["resume", out, "--quiet"], capsys)
+    assert code == 2 and "edited" in err and "sha256" in err
+
+
+def test_resume_of_an_unedited_manifest_goes_on(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    _failed_run_with_checkpoints(scenario, out, capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=4))  # reformatted only
+    code, err, _ = cli(["resume", out, "--quiet"], capsys)
+    assert code == 1 and "run failed" in err  # the same deadline fails it again
+
+
+@pytest.mark.parametrize("where", ["long name", "long --out", "proc", "empty --out",
+                                   "not UTF-8"])
+def test_an_output_path_the_os_refuses_is_one_line_and_exit_2(
+        where: str, scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # results/<name>
+    args: list[object] = [scenario, "--quiet"]
+    named = {"long name": "255", "long --out": "255", "proc": "/proc",
+             "empty --out": "must not be empty", "not UTF-8": "UTF-8"}[where]
+    if where == "long name":
+        args += ["--set", f'name="{"n" * 300}"']
+    elif where == "long --out":
+        args += ["--out", tmp_path / ("d" * 256) / "run"]
+    elif where == "proc":
+        args += ["--out", "/proc"]
+    elif where == "empty --out":
+        args += ["--out", ""]
+    else:
+        args += ["--out", str(tmp_path / os.fsdecode(b"run\xff"))]
+    code, err, wall_s = cli(args, capsys)
+    assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert wall_s < 10 and list(tmp_path.iterdir()) == [scenario]
+
+
+def test_outputs_in_a_folder_that_refuses_writes_are_refused_before_any_is_written(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import tempfile
+
+    out = tmp_path / "run"
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    mkstemp = tempfile.mkstemp
+
+    def refuse(*args: object, dir: str | Path, **kwargs: object) -> tuple[int, str]:
+        if Path(dir) == read_only or Path(dir) == out:  # a read-only folder (as non-root)
+            raise PermissionError(13, "Permission denied")
+        return mkstemp(*args, dir=dir, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    for args, named in [
+        ([scenario, "--out", read_only / "run", "--quiet"], "ro/run"),  # once: at the lock
+        (["plot", out], "Permission denied"),
+        (["plot", tmp_path / "run", "--compare", "/proc/x.png"], "/proc/x.png"),
+        (["trace", scenario, "--out", "/proc/x.parquet"], "/proc/x.parquet"),
+        (["trace", scenario, "--out", read_only / "t.parquet"], "t.parquet"),
+        (["data", "femnist", "--from-leaf", tmp_path, "--out", "/proc/x.npz"], "/proc/x.npz"),
+    ]:
+        code, err, _ = cli(args, capsys)
+        assert code == 2 and err.count("\n") == 1 and named in err, (args, err)
+    assert not (out / "plots").exists() and list(read_only.iterdir()) == []
+
+
+def test_a_full_disk_fails_the_run_with_its_reason_and_resume_finishes_it_unchanged(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import pyarrow.parquet as pq
+
+    write_table, calls = pq.write_table, []
+
+    def full(table: object, where: object, **kwargs: object) -> None:
+        calls.append(where)
+        write_table(table, where, **kwargs)
+        if len(calls) == 8:  # the disk fills during a part of the run's second checkpoint
+            raise OSError(errno.ENOSPC, "No space left on device", str(where))
+
+    out, fresh = tmp_path / "run", tmp_path / "fresh"
+    monkeypatch.setattr(pq, "write_table", full)
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    monkeypatch.setattr(pq, "write_table", write_table)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert code == 1 and err.count("\n") == 1 and "No space left on device" in err
+    assert manifest["status"] == "failed" and "No space left on device" in manifest["reason"]
+    assert not list(out.rglob("*.tmp"))
+    assert cli(["resume", out, "--quiet"], capsys)[0] == 0
+    assert cli([scenario, "--out", fresh, "--quiet"], capsys)[0] == 0
+    assert {k: v for k, v in tree(out).items() if k.endswith(".parquet")} == \
+        {k: v for k, v in tree(fresh).items() if k.endswith(".parquet")}
+
+
+def test_a_full_disk_that_refuses_the_failed_manifests_copy_still_records_the_reason(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import simfl.records
+
+    write_atomically = simfl.records.write_atomically
+    out = tmp_path / "run"
+    calls: list[Path] = []
+
+    def no_room(path: Path, write: object) -> None:
+        calls.append(path)
+        if path.name == "part-000001.parquet" or (calls.count(path) > 1
+                                                  and path.name == "manifest.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write_atomically(path, write)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simfl.run, "write_atomically", no_room)
+    monkeypatch.setattr(simfl.records, "write_atomically", no_room)
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert code == 1 and "No space left on device" in err
+    assert manifest["status"] == "failed" and "No space left on device" in manifest["reason"]
+
+
+def test_a_file_size_limit_fails_the_run_with_the_os_reason(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import resource
+
+    out = tmp_path / "run"
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, before[1]))  # (ulimit -f)
+    try:
+        code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, before)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert code == 1 and "File too large" in err and "unexpected pos" not in err, err
+    assert manifest["status"] == "failed" and "File too large" in manifest["reason"]
+    assert not list(out.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_after_the_manifest_says_complete_changes_nothing(
+        signum: str, scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    from simfl.records import Recorder
+
+    remove_parts = Recorder.remove_parts
+
+    def stopped(self: Recorder) -> None:
+        os.kill(os.getpid(), getattr(signal, signum))
+        remove_parts(self)
+
+    monkeypatch.setattr(Recorder, "remove_parts", stopped)
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
+    assert code == 0 and err == ""
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    assert not (out / "parts").exists() and not (out / "checkpoint").exists()
+
+
+def _crash_seed_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of seed 0 crash in their first round (a bug, not bad input)."""
+    from simfl.train.learner import Learner
+
+    train = Learner.train
+
+    def crash(self: Learner, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
+        if self.work.streams.root_seed == 0:
+            raise ZeroDivisionError("float division by zero")
+        return train(self, round_idx, client_idx)
+
+    monkeypatch.setattr(Learner, "train", crash)
+
+
+def test_a_crashing_run_is_one_failed_run_of_its_sweep(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _crash_seed_0(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "s.sweep.toml"
+    sweep.write_text(f'scenario = "{scenario.name}"\nseeds = [0, 1]\n')
+    code, err, _ = cli(["sweep", sweep, "--backend", "sequential", "--quiet"], capsys)
+    runs = tmp_path / "results" / "s.sweep"
+    assert code == 1 and "Traceback" not in err
+    crashed = json.loads((runs / "seed=0" / "manifest.json").read_text())
+    assert crashed["status"] == "failed" and "ZeroDivisionError" in crashed["reason"]
+    assert json.loads((runs / "seed=1" / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_tuning_whose_only_grid_point_crashes_has_no_choice(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _crash_seed_0(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    spec = tmp_path / "t.tune.toml"
+    spec.write_text(f'scenario = "{scenario.name}"\ncriterion = "train_loss"\nseeds = [0]\n'
+                    '[grid]\n"train.lr" = [0.1]\n')
+    code, err, _ = cli(["tune", spec, "--backend", "sequential", "--quiet"], capsys)
+    assert code == 1 and "no choice" in err and "Traceback" not in err
+
+
+def test_plot_level_must_be_an_error_level(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert cli([scenario, "--out", out, "--quiet"], capsys)[0] == 0
+    for level in ("nan", "-1", "2"):
+        code, err, _ = cli(["plot", out, "--level", level], capsys)
+        assert code == 2 and "--level" in err and err.count("\n") == 1
+    assert not (out / "plots").exists()
+
+
+def test_a_huge_cohort_is_every_device_not_a_minibatch_plan_of_local_epochs(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code, err, _ = cli([scenario, "--out", out, "--quiet", "--set",
+                        "server.clients_per_round=1000000000", "--set", "server.num_rounds=2"],
+                       capsys)
+    assert code == 0 and "local_epochs" not in err, err
+
+
+@pytest.mark.parametrize("bad, named", [
+    ("dev zero", "not a regular file"),
+    ("random bytes", "not an .npz archive"),
+])
+def test_a_bad_data_file_is_named_for_what_it_is(
+        bad: str, named: str, scenario: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path("/dev/zero")
+    if bad == "random bytes":
+        path = tmp_path / "femnist.npz"
+        path.write_bytes(np.random.default_rng(0).bytes(4096))
+    code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet", "--set",
+                        'data.dataset="femnist"', "--set", f'data.path="{path}"'], capsys)
+    assert code == 2 and err.count("\n") == 1 and named in err and "allow_pickle" not in err
+
+
+def test_a_bad_csv_trace_is_one_line_without_the_readers_advice(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("client_idx,t_on_s,t_off_s\n0,1,2\n1,abc,3\n")
+    code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet", "--set",
+                        'population.availability.mode="trace"', "--set",
+                        f'population.availability.trace_path="{trace}"'], capsys)
+    assert code == 2 and err.count("\n") == 1 and "abc" in err and "\\n" not in err
+
+
+def test_numpy_warnings_do_not_print_before_simfls_line(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from simfl.errors import InputError
+
+    def overflowing(*args: object) -> None:
+        np.exp(np.array([1e4]))  # RuntimeWarning: overflow encountered in exp
+        raise InputError("'some.key' = 1e4: refused")
+
+    monkeypatch.setattr(simfl.run, "load_data", overflowing)
+    code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 2 and err == "simfl: error: 'some.key' = 1e4: refused\n"

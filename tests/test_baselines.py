@@ -372,10 +372,10 @@ def test_registry_builds_every_rule_with_its_hyperparameters() -> None:
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("mu", -0.1, "'aggregator.mu' = -0.1 must be >= 0"),
+    ("mu", -0.1, "'aggregator.mu' = -0.1 must be in [0, 1e30]"),
     ("q", -1.0, "'aggregator.q' = -1.0 must be >= 0"),
     ("tilt", math.inf, "'aggregator.tilt' must be a finite number"),
-    ("lambda_step", -1e-3, "'aggregator.lambda_step' = -0.001 must be >= 0"),
+    ("lambda_step", -1e-3, "'aggregator.lambda_step' = -0.001 must be in [0, 1e30]"),
     ("name", "fedsgd", "'aggregator.name' = 'fedsgd' must be one of"),
 ])
 def test_bad_hyperparameters_are_rejected(key: str, value: object, message: str) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 ROOT = Path(__file__).parents[1]
 
@@ -88,3 +89,22 @@ def test_cohort_sizes_count_rounds_with_fewer_reports(tmp_path: Path) -> None:
     out = bias_table(tmp_path, "--cohort-sizes")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[2] == "| 10 | 5 | 13 | 12 | 1 | 20.000 | 13 | 2.5 |"
+
+
+def test_against_prescribed_rebases_every_estimator_on_cohort_exacts_sampling_term() -> None:
+    """Hand-computed: run a, round 20: cohort_exact's E_all − Q_pop is 0.01; ipw's own
+    split (0.05, −0.07, 0.02) books its weights on uniform cohorts as sampling. Against
+    the prescribed threshold ipw's sampling is 0.01 and its availability E_online − E_all
+    (cohort_exact) = (0.05 − 0.07) − 0.01 = −0.03; selection stays; the sum stays."""
+    from simfl.plots.study import against_prescribed
+
+    bias = pl.DataFrame({
+        "run_id": ["a"] * 2, "round": [20, 20], "estimator": ["cohort_exact", "ipw"],
+        "bias": [-0.02, 0.0], "sampling_bias": [0.01, 0.05],
+        "availability_bias": [-0.04, -0.07], "selection_bias": [0.01, 0.02]})
+    out = against_prescribed(bias).sort("estimator")
+    assert out["sampling_bias"].to_list() == [0.01, 0.01]
+    assert out["availability_bias"].to_list() == pytest.approx([-0.04, -0.03])
+    assert out["selection_bias"].to_list() == [0.01, 0.02]
+    total = out["sampling_bias"] + out["availability_bias"] + out["selection_bias"]
+    assert total.to_list() == pytest.approx(out["bias"].to_list())

@@ -157,9 +157,9 @@ def cells(row: str) -> list[str]:
 @pytest.mark.parametrize("results", ["docs/runs", "docs/runs/h100"])
 def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -> None:
     """Every row bench/paper_table.py makes from the kept ConvNet runs (the CPU's and
-    the H100's) stands in docs/reproduction.md with the same figures, rule to
-    sample-weighted mean (the page writes out the seeds and, where runs differ,
-    the wall times), and so does every row of its per-seed table (``--per-seed``)."""
+    the H100's) stands in docs/reproduction.md with the same figures, rule to the
+    mean's p (the page writes out the seeds and, where runs differ, the wall
+    times), and so does every row of its per-seed table (``--per-seed``)."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "paper_table.py"),
          "scenarios/paper/convnet.sweep.toml", "--results", results, "--per-seed"],
@@ -171,7 +171,7 @@ def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -
     page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
             if line.startswith("| ")]
     for row in rows:
-        matches = [line for line in page if line[0] == row[0] and line[2:9] == row[2:9]]
+        matches = [line for line in page if line[0] == row[0] and line[2:12] == row[2:12]]
         assert matches, f"not in docs/reproduction.md: {row}"
         assert any(line[1].startswith(row[1]) for line in matches), (row, matches)
     header, *runs = [cells(line) for line in per_seed.splitlines()
@@ -255,3 +255,150 @@ def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs() -> None:
         assert float(row[0].split()[0].strip("*")) == lr
         assert float(row[1].strip("*")) == pytest.approx(criterion, abs=5e-4)
         assert ("(chosen)" in row[0]) == chosen
+
+
+# The statistics of the reproduction table (bench/intervals.py), each against a hand
+# computation.
+intervals = bench_module("intervals")
+T_975_2 = 4.302652729749462  # scipy.stats.t.ppf(0.975, 2), the textbook 4.303
+
+
+def test_welch_interval_from_summary_statistics() -> None:
+    # 10 ± 2 over 4 seeds against 8 ± 1 over 5: va = 4/4 = 1, vb = 1/5 = 0.2, se = √1.2;
+    # Welch-Satterthwaite df = 1.2² / (1²/3 + 0.2²/4) = 4.194175; its t.ppf(0.975) is
+    # 2.726479, so the half-width is 2.726479 √1.2 = 2.98671; Welch's p (scipy's
+    # ttest_ind_from_stats(10, 2, 4, 8, 1, 5, equal_var=False)) is 0.138604.
+    d = intervals.welch(10.0, 2.0, 4, 8.0, 1.0, 5)
+    assert d.estimate == 2.0
+    assert (d.low, d.high) == (pytest.approx(2 - 2.98671, abs=1e-5),
+                               pytest.approx(2 + 2.98671, abs=1e-5))
+    assert d.p == pytest.approx(0.138604, abs=1e-6)
+
+
+def test_equivalence_verdicts_follow_the_registered_margins() -> None:
+    diff = intervals.Difference
+    verdict = intervals.equivalence
+    assert verdict(diff(0.5, -0.2, 0.9, 0.1), 1.0) == "equivalent"
+    assert verdict(diff(0.5, 0.2, 0.8, 0.01), 1.0) == "equivalent"  # inside the margin wins
+    assert verdict(diff(2.0, 1.2, 2.8, 0.01), 1.0) == "different"
+    assert verdict(diff(-2.0, -2.8, -1.2, 0.01), 1.0) == "different"
+    assert verdict(diff(0.5, -0.8, 1.8, 0.4), 1.0) == "undetermined"
+    assert verdict(diff(0.5, -0.8, 1.8, 0.4), 2.0) == "equivalent"  # the ConvNet's ± 2
+    assert verdict(diff(0.0, -1.0, 0.5, 0.9), 1.0) == "undetermined"  # the edge is outside
+    # FedAvg's linear cell: +2.60 [+1.18, +4.03] is different; the ConvNet's Δ-FL
+    # θ = 0.5, 25.78 ± 4.95 over 3 seeds against 23.69 ± 0.94, undetermined
+    assert verdict(intervals.welch(25.78, 4.95, 3, 23.69, 0.94, 5), 2.0) == "undetermined"
+
+
+def test_holm_adjusts_step_down_in_the_given_order() -> None:
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> max so far 0.06
+    assert intervals.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert intervals.holm([0.6, 0.7]) == [1.0, 1.0]  # 1.2 capped at 1; never below an earlier
+    got = intervals.holm([0.01, float("nan"), 0.04])  # nan is no test: m = 2
+    assert got[0] == pytest.approx(0.02) and np.isnan(got[1]) and got[2] == pytest.approx(0.04)
+
+
+def test_fieller_interval_of_a_paired_ratio() -> None:
+    # a = b - 3 exactly, b = (5, 6, 7): a - ρb = (1 - ρ) b - 3 has mean 6x - 3 and sd |x|
+    # (x = 1 - ρ), so the set is |6x - 3| ≤ c|x|, c = t/√3: x in [3/(6 + c), 3/(6 - c)].
+    c = T_975_2 / np.sqrt(3)
+    ratio = intervals.fieller(np.array([2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0]))
+    assert ratio.estimate == 0.5 and not ratio.outside
+    assert ratio.low == pytest.approx(1 - 3 / (6 - c))  # 0.14673
+    assert ratio.high == pytest.approx(1 - 3 / (6 + c))  # 0.64640
+    assert str(ratio) == "0.50 [0.15, 0.65]"
+
+
+def test_fieller_is_unbounded_where_the_denominator_is_not_resolved() -> None:
+    # a = b + 2, b = (-0.9, 0.1, 1.1) (mean 0.1, sd 1): a - ρb = x b + 2 has mean 2 + 0.1x
+    # and sd |x|; |2 + 0.1x| ≤ c|x| holds for x ≥ 2/(c - 0.1) and x ≤ -2/(c + 0.1):
+    # ρ ≤ 1 - 2/(c - 0.1) or ρ ≥ 1 + 2/(c + 0.1), two rays
+    c = T_975_2 / np.sqrt(3)
+    b = np.array([-0.9, 0.1, 1.1])
+    ratio = intervals.fieller(b + 2, b)
+    assert ratio.outside
+    assert ratio.estimate == pytest.approx(21.0)
+    assert ratio.low == pytest.approx(1 - 2 / (c - 0.1))  # 0.16112
+    assert ratio.high == pytest.approx(1 + 2 / (c + 0.1))  # 1.77396
+    assert str(ratio) == "21.00 (-∞, 0.16] ∪ [1.77, +∞)"
+    # a and b both centred on 0, negatively correlated: a - ρb has mean 0 for every ρ,
+    # which no test rejects: every real number
+    whole = intervals.fieller(np.array([-1.0, 0.0, 1.0]), np.array([0.0, 1.0, -1.0]))
+    assert (whole.low, whole.high, whole.outside) == (-np.inf, np.inf, False)
+    assert str(whole).endswith("(-∞, +∞)")
+
+
+def test_weighted_p90_is_the_lower_weighted_quantile() -> None:
+    errors = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    # cumulative weights 1/10 ... 4/10, then 1: 0.9 is first reached at 0.5
+    assert intervals.weighted_p90(errors, np.array([1, 1, 1, 1, 6])) == 0.5
+    # 10/14, 11/14, 12/14 = 0.857, 13/14 = 0.929: reached at 0.4
+    assert intervals.weighted_p90(errors, np.array([10, 1, 1, 1, 1])) == 0.4
+    # 5/9 ... 8/9 = 0.889 < 0.9: reached at 0.5
+    assert intervals.weighted_p90(errors, np.array([5, 1, 1, 1, 1])) == 0.5
+    # equal weights: the 9th of 1..10 (np.quantile's linear interpolation gives 9.1)
+    assert intervals.weighted_p90(np.arange(1.0, 11.0), np.ones(10)) == 9.0
+
+
+def small_table() -> pl.DataFrame:
+    """FedAvg, FedAvg-Sub and Δ-FL θ = 0.5 at three seeds, errors in fractions."""
+    p90 = {"fedavg": [0.50, 0.52, 0.54], "fedavg_sub": [0.49, 0.50, 0.53],
+           "deltafl_0_5": [0.48, 0.49, 0.52]}
+    return pl.DataFrame([
+        {"variant": v, "seed": s, "label": v, "p90": p90[v][s], "mean": 0.3 + 0.01 * s,
+         "wp90": p90[v][s] - 0.02, "wmean": 0.29 + 0.01 * s, "wall_s": 60.0, "device": "cpu"}
+        for v in p90 for s in range(3)])
+
+
+def test_versus_marks_the_primary_row_and_holm_adjusts_the_others(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    paper_table.versus(small_table(), "fedavg", ["fedavg", "fedavg_sub", "deltafl_0_5"])
+    out = capsys.readouterr().out
+    # Δ-FL − FedAvg: -2, -3, -2 points: mean -2.33, se 0.577/√3 = 1/3, t = 7 on 2 df,
+    # p = 0.0198, half-width 4.3027/3 = 1.434 (primary); FedAvg-Sub − FedAvg: -1, -2, -1:
+    # t = 4, p = 0.0572, alone in its family (the primary row stays out, else 0.114),
+    # so Holm leaves it
+    assert "| deltafl_0_5 | 0, 1, 2 | -2.33 [-3.77, -0.90] | 0.02 (primary) |" in out
+    assert "| fedavg_sub | 0, 1, 2 | -1.33 [-2.77, +0.10] | 0.057 (0.057) |" in out
+    paper_table.versus(small_table(), "fedavg_sub", ["fedavg", "fedavg_sub", "deltafl_0_5"],
+                       weighted=True)
+    out = capsys.readouterr().out
+    # minus FedAvg-Sub: FedAvg +1.33 (p 0.0572); Δ-FL -1, -1, -1 (sd 0: p = 0, primary);
+    # the weighted rows (the same differences) are a family of two, Δ-FL's not primary:
+    # 2 · 0 = 0, then max(0, 1 · 0.0572)
+    assert "| deltafl_0_5 | 0, 1, 2 | -1.00 [-1.00, -1.00] | 0 (primary) |" in out
+    assert "| fedavg | 0, 1, 2 | +1.33 [-0.10, +2.77] | 0.057 (0.057) |" in out
+    assert "| deltafl_0_5, sample-weighted | 0, 1, 2 | -1.00 [-1.00, -1.00] | 0 (0) |" in out
+    assert "| fedavg, sample-weighted | 0, 1, 2 | +1.33 [-0.10, +2.77] | 0.057 (0.057) |" in out
+
+
+def test_ratio_prints_the_fieller_set(capsys: pytest.CaptureFixture[str]) -> None:
+    paper_table.ratio(small_table(), "fedavg_sub", "deltafl_0_5", "fedavg")
+    out = capsys.readouterr().out
+    # (FedAvg-Sub − FedAvg) / (Δ-FL − FedAvg): (-1, -2, -1) over (-2, -3, -2)
+    want = intervals.fieller(np.array([-1.0, -2.0, -1.0]), np.array([-2.0, -3.0, -2.0]))
+    assert f"| p90 | -1.33 | -2.33 | {want} |" in out
+    assert str(want).startswith("0.57 ")
+
+
+def test_the_c1_rule_reads_the_shift_interval_as_registered() -> None:
+    diff, rule = intervals.Difference, paper_table.c1_verdict
+    assert rule(diff(-2.2, -2.6, -1.9, 0.001), equivalent=False) == "supported"
+    assert rule(diff(-2.2, -2.6, -1.9, 0.001), equivalent=True) == "sufficient"
+    assert rule(diff(0.2, -1.1, 1.5, 0.7), equivalent=False) == "not supported"
+    assert rule(diff(-0.5, -1.6, 0.6, 0.3), equivalent=False) == "undetermined"  # holds -1.3
+    assert rule(diff(1.0, 0.5, 1.5, 0.01), equivalent=False) == "undetermined"  # above 0
+
+
+def test_the_paper_table_gives_interval_verdict_and_holm(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    table = small_table().with_columns(variant=pl.lit("fedavg"), label=pl.lit("FedAvg"),
+                                       seed=pl.int_range(9))
+    paper_table.paper_table(table, ["fedavg"], "linear", weighted=True)
+    out = capsys.readouterr().out
+    p90 = 100 * table["p90"].to_numpy()
+    d = intervals.welch(p90.mean(), p90.std(ddof=1), 9, 49.66, 0.67, 5)
+    row = next(line for line in out.splitlines() if line.startswith("| FedAvg | 9 |"))
+    # +1.12 [-0.53, +2.77]: neither inside ± 1 nor clear of 0
+    assert f"| {d.estimate:+.2f} [{d.low:+.2f}, {d.high:+.2f}] | undetermined | {d.p:.2g} (" in row
+    assert "| FedAvg, sample-weighted | 9 |" in out

@@ -51,7 +51,7 @@ import numpy as np
 from simfl.data.femnist import IMAGE_SHAPE, NUM_CLASSES
 from simfl.data.leaf import IMAGE_FEATURES, read_shard, shard_files
 from simfl.errors import InputError
-from simfl.records import write_atomically
+from simfl.records import check_output_path, write_atomically
 
 SPLIT_ORDER = ("train", "all", "test")  # order of a writer's samples in the output
 _GRID_TOLERANCE = 1e-3  # in grey levels: float32 k / 255 * 255 is within ~1e-5 of k
@@ -132,6 +132,7 @@ def _check_outputs(out: Path) -> Path:
         if path.exists():
             raise InputError(f"{path}: already exists; not overwriting it (remove it or choose "
                              "another --out)")
+    check_output_path(out)
     return checksum_file
 
 

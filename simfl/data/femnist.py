@@ -49,8 +49,9 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
         writers = _read(npz, "writer", path)
         _check_index(labels, writers, path)
         groups = group_rows(writers.astype(str) if writers.dtype.kind == "S" else writers)
+        keep = _from_sources(npz, groups.order[groups.offsets[:-1]], cfg.sources, path)
         rng = streams.numpy("data_split")
-        train_idx, test_idx = split_clients(np.diff(groups.offsets), cfg, rng, str(path))
+        train_idx, test_idx = split_clients(np.diff(groups.offsets), cfg, rng, str(path), keep)
         images = _read(npz, "images", path)  # the one large array, read last
     if images.dtype != np.uint8 or images.shape != (len(labels), *IMAGE_SHAPE):
         raise InputError(
@@ -77,11 +78,50 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
     return FederatedData(name="femnist", train=train, test=test, num_classes=NUM_CLASSES)
 
 
+def _from_sources(npz: Any, first_rows: np.ndarray, sources: tuple[str, ...],
+                  path: Path) -> np.ndarray | None:
+    """Per writer (``first_rows``: a row of each), whether its samples come from one of
+    ``sources``, names in the file's ``source_names`` (``source`` indexes them per
+    sample); None when ``sources`` is empty (every writer)."""
+    if not sources:
+        return None
+    names = [str(name) for name in _read(npz, "source_names", path)]
+    unknown = [name for name in sources if name not in names]
+    if unknown:
+        raise InputError(f"{path}: data.sources: no source {unknown[0]!r} in the file "
+                         f"(its source_names: {', '.join(names)})")
+    wanted = [names.index(name) for name in sources]
+    return np.isin(_read(npz, "source", path)[first_rows], wanted)
+
+
+# Peak bytes of loading per byte of the file's uint8 images: the images, their float32
+# copy and the chunks between (measured with getrusage on femnist_writers.npz: 5.03).
+LOAD_BYTES_PER_PIXEL = 5.2
+
+
+def memory_terms(cfg: DataConfig) -> list[tuple[float, str, str]]:
+    """Peak bytes of :func:`load_femnist` as (bytes, key, what), from the sizes the npz
+    archive lists for its arrays (nothing is read; an unreadable file adds nothing here
+    and is refused by the loader)."""
+    path = resolve_data_path(cfg.path, DEFAULT_RELATIVE_PATH, "FEMNIST file", "the .npz file",
+                             MAKE_IT)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+    except _READ_ERRORS:
+        return []
+    images = sizes.get("images.npy", 0)
+    rest = sum(sizes.values()) - images
+    return [(LOAD_BYTES_PER_PIXEL * images + 4 * rest, f"'data.path' = {str(path)!r}",
+             "the FEMNIST images as float32")]
+
+
 def _open_npz(path: Path) -> Any:
     try:
         npz = np.load(path, allow_pickle=False)
-    except _READ_ERRORS as e:
-        raise InputError(f"{path}: cannot read as an .npz file ({e})") from None
+    except _READ_ERRORS as e:  # numpy takes bytes that are neither npz nor npy for a pickle
+        why = "not an .npz archive" if "allow_pickle" in str(e) else str(e)
+        raise InputError(f"{path}: cannot read as an .npz file ({why})") from None
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise InputError(f"{path}: not an .npz archive (a single array)")
     return npz

@@ -21,6 +21,8 @@ def resolve_data_path(path: str, default_relative: Path, what: str, expected: st
         raise InputError(f"{what} not found: SIMFL_DATA_DIR is not set; set it to the folder "
                          f"holding {default_relative} or set data.path to {expected}. {hint}"
                          .rstrip())
+    if file_only and resolved.exists() and not resolved.is_file():
+        raise InputError(f"{resolved}: the {what} is not a regular file ({expected})")
     if not (resolved.is_file() if file_only else resolved.exists()):
         raise InputError(f"{resolved}: {what} not found; set SIMFL_DATA_DIR (to the folder "
                          f"holding {default_relative}) or data.path (to {expected}). {hint}"

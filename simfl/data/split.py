@@ -56,7 +56,8 @@ def group_rows(keys: np.ndarray) -> Groups:
 
 
 def split_clients(
-    num_samples: np.ndarray, cfg: DataConfig, rng: np.random.Generator, source: str
+    num_samples: np.ndarray, cfg: DataConfig, rng: np.random.Generator, source: str,
+    keep: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Choose training and unseen test clients; returns two sorted arrays of client indices.
 
@@ -67,9 +68,11 @@ def split_clients(
     ``cfg.validation_fraction`` > 0 (tuning) those test clients are set aside and that
     share of the training clients is returned as the test side instead (held out of
     training). ``source`` names the data in the error raised when fewer than two
-    clients remain.
+    clients remain. ``keep`` (a boolean per client; None = all) drops clients before
+    every other filter (``data.sources``).
     """
-    eligible = np.flatnonzero(np.asarray(num_samples) >= cfg.min_samples_per_client)
+    large = np.asarray(num_samples) >= cfg.min_samples_per_client
+    eligible = np.flatnonzero(large if keep is None else large & keep)
     if cfg.max_clients and len(eligible) > cfg.max_clients:
         eligible = np.sort(rng.choice(eligible, size=cfg.max_clients, replace=False))
     if len(eligible) < 2:

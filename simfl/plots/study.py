@@ -40,6 +40,30 @@ def bias_rows(bias: pl.DataFrame) -> pl.DataFrame:
         (pl.col("realized_conformity") - pl.col("theta")).alias("conformity_gap"))
 
 
+def against_prescribed(bias: pl.DataFrame) -> pl.DataFrame:
+    """Each estimator's causes counted from what Δ-FL's objective prescribes.
+
+    The papers' Algorithm 2 minimises the expected superquantile of a uniform minibatch
+    of devices, so its threshold is the cohort's own quantile and its expectation over
+    uniform cohorts, E_all of ``cohort_exact``, is the *prescribed* threshold: the gap
+    E_all − Q_pop (the sampling term) is what the objective asks for, not an error of
+    the server. bias.parquet books each estimator's sampling term with its own E_all,
+    which for a reweighting estimator (IPW) applies its weights to uniform cohorts, where
+    no reweighting is called for. Here, per run and round, every estimator gets
+    ``cohort_exact``'s sampling term, and availability = E_online − E_all(cohort_exact):
+    how far the estimator, on random cohorts of the devices online, stays from the
+    prescribed threshold after its correction. Selection is unchanged; the three still
+    add up to the bias. Needs ``cohort_exact`` in every run (it drives the study's runs).
+    """
+    keys = [c for c in ("run_id", "round") if c in bias.columns]
+    reference = bias.filter(pl.col("estimator") == "cohort_exact").select(
+        *keys, pl.col("sampling_bias").alias("prescribed"))
+    return bias.join(reference, on=keys, how="left").with_columns(
+        availability_bias=pl.col("sampling_bias") + pl.col("availability_bias")
+        - pl.col("prescribed"),
+        sampling_bias=pl.col("prescribed")).drop("prescribed")
+
+
 def per_run_bias(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
     """Mean bias, |bias| and conformity gap per (run, estimator), keeping the sweep axes;
     and the three causes (and their online part) where the run decomposed the bias."""

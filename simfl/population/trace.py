@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from simfl.errors import InputError
+from simfl.errors import InputError, first_paragraph
 
 TRACE_COLUMNS = ("client_idx", "t_on_s", "t_off_s")
 
@@ -63,7 +63,7 @@ def _load(path: Path) -> pl.DataFrame:
         return pl.read_csv(path, schema_overrides={"client_idx": pl.Int64, "t_on_s": pl.Float64,
                                                     "t_off_s": pl.Float64, "client_id": pl.String})
     except (OSError, pl.exceptions.PolarsError) as e:
-        raise InputError(f"{path}: cannot read trace ({e})") from None
+        raise InputError(f"{path}: cannot read trace ({first_paragraph(e)})") from None
 
 
 def _columns(frame: pl.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -78,7 +78,7 @@ def _columns(frame: pl.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray, n
         t_on = frame["t_on_s"].cast(pl.Float64, strict=True).to_numpy()
         t_off = frame["t_off_s"].cast(pl.Float64, strict=True).to_numpy()
     except pl.exceptions.PolarsError as e:
-        raise InputError(f"{path}: trace columns must be numeric ({e})") from None
+        raise InputError(f"{path}: trace columns must be numeric ({first_paragraph(e)})") from None
     return device, t_on, t_off
 
 

@@ -26,7 +26,8 @@ CAUSES = {
     "late": "arrived after the round closed (server.deadline_s)",
     "dropped": "devices went offline or failed before uploading "
                "(population.failure_rate_per_h, population.availability)",
-    "nonfinite": "updates had NaN/Inf values (the local training diverged: train.lr)",
+    "nonfinite": "updates had NaN/Inf values (the local training diverged: train.lr, or "
+                 "model.l2 / aggregator.mu if set)",
     "stale": "updates were staler than server.max_staleness",
     "filtered": "every device was filtered out by the Δ-FL threshold",
 }

@@ -251,3 +251,66 @@ def test_the_paper_population_is_865_and_865_writers_drawn_from_the_seed(
     line = draws[0].describe()
     assert line.startswith("femnist: 865 training devices (samples per device min ")
     assert "865 unseen test devices, 62 classes" in line
+
+
+def with_sources(arrays: dict[str, np.ndarray], of_writer: dict[str, int]) -> dict[str, np.ndarray]:
+    """``arrays`` with the file's provenance columns: each writer's samples from one copy."""
+    names = np.array(["copy/a@1", "copy/b@2", "copy/c@3"])
+    return {**arrays, "source_names": names,
+            "source": np.array([of_writer[w] for w in arrays["writer"]], dtype=np.int8)}
+
+
+def test_sources_keep_only_the_writers_of_the_named_copies(tmp_path: Path) -> None:
+    arrays = with_sources(fixture_arrays(), {"w0": 0, "w1": 1, "w2": 0, "w3": 2})
+    path = write_npz(tmp_path / "f.npz", **arrays)
+    data = load(path, sources=("copy/a@1",))
+    assert sorted([*data.train.client_ids, *data.test.client_ids]) == ["w0", "w2"]
+    both = load(path, sources=("copy/a@1", "copy/c@3"))
+    assert sorted([*both.train.client_ids, *both.test.client_ids]) == ["w0", "w2", "w3"]
+    every = load(path)  # empty: every writer
+    assert every.train.num_clients + every.test.num_clients == 4
+    # the size filter applies to the writers of the named copies: w2 (4 samples) alone
+    with pytest.raises(InputError, match="1 client"):
+        load(path, sources=("copy/a@1",), min_samples_per_client=4)
+
+
+def test_an_unknown_source_is_an_error_naming_the_key(tmp_path: Path) -> None:
+    path = write_npz(tmp_path / "f.npz",
+                     **with_sources(fixture_arrays(), {"w0": 0, "w1": 1, "w2": 0, "w3": 2}))
+    with pytest.raises(InputError, match=r"data\.sources: no source 'copy/z@9' in the file"):
+        load(path, sources=("copy/a@1", "copy/z@9"))
+    plain = write_npz(tmp_path / "plain.npz", **fixture_arrays())  # no provenance columns
+    with pytest.raises(InputError, match="missing key 'source_names'"):
+        load(plain, sources=("copy/a@1",))
+
+
+def test_sources_are_for_femnist_only() -> None:
+    from simfl.scenario import from_dict
+
+    with pytest.raises(InputError, match="'data.sources'.*'femnist'"):
+        from_dict({"data": {"dataset": "synthetic", "sources": ["copy/a@1"]}}, source="s.toml")
+
+
+MAIN_SOURCE = "zshuai8/FedGMM_ICML2023@5a626c8"
+
+
+@requires_data
+def test_the_main_source_copy_has_3268_writers() -> None:
+    """data.sources on the real file (../shared/data/femnist's manifest: 3,268 writers of
+    the main copy, 3,235 of them with more than 100 samples); reads the provenance
+    columns, and loads 40 of the writers to check the pipeline keeps only that copy's."""
+    from simfl.data.femnist import _from_sources
+    from simfl.data.split import group_rows
+
+    with np.load(real_path()) as npz:
+        groups = group_rows(npz["writer"])
+        keep = _from_sources(npz, groups.order[groups.offsets[:-1]], (MAIN_SOURCE,), real_path())
+        assert keep is not None and int(keep.sum()) == 3268
+        assert int((keep & (np.diff(groups.offsets) >= 101)).sum()) == 3235
+        source_of = dict(zip(groups.client_ids, npz["source"][groups.order[groups.offsets[:-1]]],
+                             strict=True))
+        main = list(npz["source_names"]).index(MAIN_SOURCE)
+    data = load_data(DataConfig(dataset="femnist", sources=(MAIN_SOURCE,),
+                                min_samples_per_client=101, max_clients=40), Streams(0))
+    kept = [*data.train.client_ids, *data.test.client_ids]
+    assert len(kept) == 40 and all(source_of[w] == main for w in kept)
