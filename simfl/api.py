@@ -3,10 +3,10 @@
     import simfl
     scenario = simfl.load_scenario("scenarios/quick_synthetic.toml",
                                    {"server.num_rounds": 5})
-    run = simfl.run(scenario, "results/quick")
+    run = simfl.simulate(scenario, "results/quick")
     run.eval.filter(pl.col("split") == "test")      # polars frames
 
-``import simfl`` stays light: torch is imported by :func:`run` and :func:`resume`
+``import simfl`` stays light: torch is imported by :func:`simulate` and :func:`resume`
 when a run needs it (simfl.run wires the numerics), and the figures' libraries by
 :meth:`Run.plot`. The command line (simfl.cli) is a thin layer over the same
 functions; docs/api.md shows each, and a test runs every example there.
@@ -90,7 +90,7 @@ def open_run(path: str | Path) -> Run:
     return Run(run_dir)
 
 
-def run(scenario: Scenario | str | Path, out: str | Path | None = None,
+def simulate(scenario: Scenario | str | Path, out: str | Path | None = None,
         overwrite: bool = False, progress: bool = False) -> Run:
     """Run ``scenario`` (a Scenario or a scenario file) into ``out`` (default
     results/<name>); return the run. Raises InputError before any output for bad
@@ -112,4 +112,4 @@ def resume(path: str | Path, progress: bool = False) -> Run:
     return Run(Path(path))
 
 
-__all__ = ["Run", "load_scenario", "open_run", "resume", "run"]
+__all__ = ["Run", "load_scenario", "open_run", "resume", "simulate"]

@@ -53,6 +53,16 @@ def test_dict_overrides_are_checked_like_set(tmp_path: Path) -> None:
         simfl.load_scenario(path, {"aggregator.theta": 2.0})
 
 
+def test_simulate_stays_callable_after_a_run_imported_simfl_run(tmp_path: Path) -> None:
+    """Importing the submodule simfl.run binds the name on the package; the API's
+    function has another name, so a second run in one process works."""
+    scenario = simfl.load_scenario({"data": {"dataset": "synthetic",
+                                             "synthetic": {"num_clients": 20}},
+                                    "server": {"num_rounds": 2, "clients_per_round": 4}})
+    for out in ("a", "b"):
+        assert simfl.simulate(scenario, tmp_path / out).status == "complete"
+
+
 def test_open_run_refuses_a_folder_without_a_manifest(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="manifest"):
         simfl.open_run(tmp_path)

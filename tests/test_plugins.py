@@ -167,7 +167,7 @@ def test_the_version_is_the_providing_distributions() -> None:
 def test_the_manifest_records_a_decorated_rule_and_a_fresh_process_resolves_it(
         user_module: Path) -> None:
     import_module("myrules")
-    run = simfl.api.run(simfl.load_scenario({**TINY, "aggregator": {"name": "halved"}}),
+    run = simfl.simulate(simfl.load_scenario({**TINY, "aggregator": {"name": "halved"}}),
                     user_module / "run")
     assert run.status == "complete"
     assert run.manifest["plugins"] == {"aggregator.name": {
@@ -249,4 +249,4 @@ def test_a_plugin_model_builds_and_initialises(tmp_path: Path,
     scenario = tmp_path / "s.toml"
     scenario.write_text('[model]\nname = "mymodels:mlp"\n')
     with pytest.raises(InputError, match="no FLOP count for model 'mymodels:mlp'"):
-        simfl.api.run(load_scenario(scenario), tmp_path / "out")
+        simfl.simulate(load_scenario(scenario), tmp_path / "out")
