@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from simfl.errors import InputError, RunFailed
 
 if TYPE_CHECKING:
+    from simfl.population.build import Population
     from simfl.population.trace_stats import AvailabilityStats
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
@@ -110,15 +111,20 @@ def _trace_convert_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _trace_stats_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m simfl trace stats",
-        description="Availability statistics of a trace or of a scenario's model: online "
-                    "share by hour of the day, quantiles of device online share, session "
-                    "and gap lengths, devices online per day.")
+def _trace_source_parser(command: str, description: str) -> argparse.ArgumentParser:
+    """A ``trace`` subcommand that reads a trace or a scenario's draws."""
+    parser = _Parser(prog=f"python -m simfl trace {command}", description=description)
     parser.add_argument("source", type=Path, help="trace (.parquet or .csv) or scenario (.toml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key")
+    return parser
+
+
+def _trace_stats_parser() -> argparse.ArgumentParser:
+    parser = _trace_source_parser(
+        "stats", "Availability statistics of a trace or of a scenario's model: online share "
+                 "by hour of the day, quantiles of device online share, session and gap "
+                 "lengths, devices online per day.")
     parser.add_argument("--num-devices", type=_positive_int, metavar="N",
                         help="a trace's device count, the never-online ones included "
                              "(default: its highest client_idx + 1)")
@@ -126,14 +132,10 @@ def _trace_stats_parser() -> argparse.ArgumentParser:
 
 
 def _trace_fit_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m simfl trace fit",
-        description="Fit the habits availability model (per-device propensity, phase and "
-                    "session length) to a trace or to a scenario's draws; print it as the "
-                    "scenario tables that reproduce it (docs/design.md section 3).")
-    parser.add_argument("source", type=Path, help="trace (.parquet or .csv) or scenario (.toml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a scenario key")
+    parser = _trace_source_parser(
+        "fit", "Fit the habits availability model (per-device propensity, phase and session "
+               "length) to a trace or to a scenario's draws; print it as the scenario tables "
+               "that reproduce it (docs/design.md section 3).")
     parser.add_argument("--out", type=Path, help="also write the tables to this .toml file")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
@@ -489,21 +491,29 @@ def _trace_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scenario_population(args: argparse.Namespace) -> Population | None:
+    """The population of ``args.source`` when it is a scenario (its ``--set`` applied);
+    None for a trace, which takes no ``--set``."""
+    if args.source.suffix != ".toml":
+        if args.set:
+            raise InputError("--set is for a scenario (.toml), not a trace")
+        return None
+    from simfl.run import scenario_population
+    from simfl.scenario import load_scenario
+
+    return scenario_population(load_scenario(args.source, args.set))
+
+
 def _trace_stats(args: argparse.Namespace) -> int:
     from simfl.population.trace_stats import model_stats, trace_file_stats
 
-    if args.source.suffix == ".toml":
-        from simfl.run import scenario_population
-        from simfl.scenario import load_scenario
-
-        if args.num_devices is not None:
-            raise InputError("--num-devices is for a trace; a scenario has its own devices")
-        population = scenario_population(load_scenario(args.source, args.set))
-        stats = model_stats(population.availability, population.devices.utc_offset_s)
-    else:
-        if args.set:
-            raise InputError("--set is for a scenario (.toml), not a trace")
+    population = _scenario_population(args)
+    if population is None:
         stats = trace_file_stats(args.source, args.num_devices)
+    elif args.num_devices is not None:
+        raise InputError("--num-devices is for a trace; a scenario has its own devices")
+    else:
+        stats = model_stats(population.availability, population.devices.utc_offset_s)
     for line in _format_stats(args.source, stats):
         _say(line)
     return 0
@@ -514,16 +524,9 @@ def _trace_fit(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         check_output_file(args.out, args.overwrite, "fit", (".toml",))
-    if args.source.suffix == ".toml":
-        from simfl.run import scenario_population
-        from simfl.scenario import load_scenario
-
-        population = scenario_population(load_scenario(args.source, args.set))
-        fitted = fit_availability(population.availability, population.devices.utc_offset_s)
-    else:
-        if args.set:
-            raise InputError("--set is for a scenario (.toml), not a trace")
-        fitted = fit_trace(args.source)
+    population = _scenario_population(args)
+    fitted = (fit_trace(args.source) if population is None else
+              fit_availability(population.availability, population.devices.utc_offset_s))
     text = to_toml(fitted)
     if args.out is not None:
         args.out.write_text(text)
