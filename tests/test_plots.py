@@ -593,10 +593,16 @@ def test_the_bias_decomposition_says_which_rounds_it_averages() -> None:
         "sampling_bias": [0.1] * 11, "availability_bias": [0.3] * 11,
         "selection_bias": [-0.05] * 11, "bias": [0.35] * 11, "mc_draws": [50] * 11})
     fig = plot_bias_decomposition(bias)
-    assert fig.axes[0].get_title().endswith(
-        "\nmean over the 9 rounds from 20 to 100 with the population quantile, after a "
+    assert " ".join(fig.get_suptitle().split("\n")[1:]) == (
+        "mean over the 9 rounds from 20 to 100 with the population quantile, after a "
         "burn-in (the first 20% of the run)")
-    assert _beside(fig)
+    assert _beside(fig) and _title_fits(fig)
+
+
+def _title_fits(fig: Figure) -> bool:
+    """Whether ``fig``'s (drawn) title is inside the figure, not cut off on either side."""
+    title = fig._suptitle.get_window_extent()  # type: ignore[union-attr]
+    return bool(title.x0 >= 0 and title.x1 <= fig.bbox.x1)
 
 
 def _variant_bias() -> pl.DataFrame:
@@ -637,8 +643,7 @@ def test_the_sweep_decomposition_has_bars_at_the_cohort_sizes_and_a_title_that_f
                       for p in ax.patches if p.get_height() != 0})
     assert centres == pytest.approx([10.0, 20.0, 80.0])  # geometric centres on the log axis
     fig.draw_without_rendering()
-    title = fig._suptitle.get_window_extent()  # type: ignore[union-attr]
-    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1  # not cut off on either side
+    assert _title_fits(fig)
     assert "mean over" in fig.get_suptitle()
     assert "(mean ± 1 sd over seeds)" in ax.get_legend().get_title().get_text()
 

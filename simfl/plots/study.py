@@ -147,8 +147,8 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     draws = bias["mc_draws"].to_numpy().max(initial=0)
     ax.set(ylabel="bias of η̂ (loss)")
-    ax.set_title(f"Threshold bias by cause, θ = {bias['theta'][0]:g} ({draws} random cohorts "
-                 f"per term)\n{averaged_rounds(bias)}", fontsize="medium")
+    _fitted_title(fig, f"Threshold bias by cause, θ = {bias['theta'][0]:g} ({draws} random "
+                       f"cohorts per term)", averaged_rounds(bias))
     return fig
 
 
@@ -328,9 +328,8 @@ def plot_decomposition_by(bias: pl.DataFrame, x: str) -> Figure:
             _legend_beside(ax, f"cause, total\n({SEED_SPREAD})")
     estimator = ", ".join(decomposed["estimator"].unique(maintain_order=True).to_list())
     draws = decomposed["mc_draws"].to_numpy().max(initial=0)
-    fig.suptitle(_wrap(f"Bias of the driving estimator ({estimator}) by cause, {draws} random "
-                       f"cohorts per term", fig) + "\n" + _wrap(averaged_rounds(decomposed), fig),
-                 fontsize="medium")
+    _fitted_title(fig, f"Bias of the driving estimator ({estimator}) by cause, {draws} random "
+                       f"cohorts per term", averaged_rounds(decomposed))
     return fig
 
 
@@ -340,9 +339,11 @@ def _legend_beside(ax: Axes, title: str) -> None:
               bbox_to_anchor=(1.02, 1.0))
 
 
-def _wrap(title: str, fig: Figure) -> str:
-    """``title`` broken into lines that fit ``fig``'s width (at the medium font size)."""
-    return textwrap.fill(title, width=max(30, int(fig.get_figwidth() * 11)))
+def _fitted_title(fig: Figure, *parts: str) -> None:
+    """``fig``'s title: each of ``parts`` on its own lines, broken to fit the figure's width
+    (at the medium font size), so that no part of it is cut off."""
+    width = max(30, int(fig.get_figwidth() * 11))
+    fig.suptitle("\n".join(textwrap.fill(part, width) for part in parts), fontsize="medium")
 
 
 def plot_protocol_cost(bias: pl.DataFrame) -> Figure:
