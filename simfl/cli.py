@@ -59,15 +59,21 @@ def _resume_parser() -> argparse.ArgumentParser:
 
 
 def _plot_parser() -> argparse.ArgumentParser:
+    from simfl.records import FIGURE_FORMATS
+
     parser = _Parser(prog="python -m simfl plot",
                      description="Figures from a run's Parquet tables.")
     parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories")
-    parser.add_argument("--compare", type=_output_path,
-                        help="also overlay the runs' tail error vs communication in this PNG")
-    parser.add_argument("--compare-time", type=_output_path, metavar="PNG",
+    parser.add_argument("--compare", type=_output_path, metavar="FILE",
+                        help="also overlay the runs' tail error vs communication in this file")
+    parser.add_argument("--compare-time", type=_output_path, metavar="FILE",
                         help="also overlay the runs' tail error vs simulated time (sync vs async)")
+    parser.add_argument("--format", choices=FIGURE_FORMATS, default=None,
+                        help="figure format (default png, or the --compare file's suffix); a "
+                             "run's figures are redrawn in RUN_DIR/plots/")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace existing --compare / --compare-time files")
+                        help="replace existing --compare / --compare-time files (a run's own "
+                             "plots/ figures are always redrawn)")
     parser.add_argument("--level", type=float, metavar="P90",
                         help="print when each run first reaches this 90th-percentile test error "
                              "(simulated time, round, bytes)")
@@ -416,13 +422,15 @@ def _done(run_dir: Path, manifest: dict[str, Any]) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from simfl.plots.runs import compare_runs, compare_runs_vs_time, plot_run, reach_level
     from simfl.plots.study import plot_run_bias
+    from simfl.records import FIGURE_FORMATS
 
     if args.level is not None and not 0 <= args.level <= 1:
         raise InputError(f"--level {args.level}: must be a 90th-percentile test error, a "
                          "number in [0, 1]")
-    for out in (args.compare, args.compare_time):
-        if out is not None:
-            check_output_file(out, args.overwrite, "figure", FIGURE_SUFFIXES)
+    compare = [p for p in (args.compare, args.compare_time) if p is not None]
+    for out in compare:
+        check_output_file(out, args.overwrite, "figure", tuple(f".{f}" for f in FIGURE_FORMATS))
+    fmt = _figure_format(args.format, compare)
     for run_dir in args.run_dirs:
         if not (run_dir / "manifest.json").is_file():
             what = ("a sweep's folder: plot its runs (RUN_DIR/*/), or its collected figures "
@@ -431,7 +439,7 @@ def _plot(args: argparse.Namespace) -> int:
             raise InputError(f"{run_dir}: {what}")
         check_plots_dir(run_dir)
     for run_dir in args.run_dirs:
-        for path in [*plot_run(run_dir), *plot_run_bias(run_dir)]:
+        for path in [*plot_run(run_dir, fmt=fmt), *plot_run_bias(run_dir, fmt)]:
             _say(path)
     if args.compare:
         _say(compare_runs(args.run_dirs, args.compare))
@@ -552,11 +560,22 @@ def _format_stats(source: Path, stats: AvailabilityStats) -> list[str]:
     return lines
 
 
+def _figure_format(chosen: str | None, compare: list[Path]) -> str:
+    """The format of every figure ``plot`` writes: ``--format``, else the --compare files'
+    suffix (one for all), else png. InputError when they disagree."""
+    suffixes = {p.suffix.lstrip(".") for p in compare}
+    fmt = chosen or (suffixes.pop() if len(suffixes) == 1 else "png")
+    for path in compare:
+        if path.suffix != f".{fmt}":
+            raise InputError(f"{path}: the figures are written as {fmt} files; name it "
+                             f"{path.with_suffix('.' + fmt).name} (or use --format)")
+    return fmt
+
+
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # formats matplotlib writes without extras
 DRFL_FIGURES = ("drfl_noise.png", "drfl_convergence.png")  # plots.drfl.write_figures'
 
 
@@ -672,7 +691,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         _say(line)
     for table, rows in collect(sweep).items():
         _say(f"{sweep.out_dir / table}.parquet: {rows} rows")
-    for path in plot_sweep(sweep.out_dir):
+    for path in plot_sweep(sweep.out_dir, report=lambda line: print(line, file=sys.stderr)):
         _say(path)
     return 0
 

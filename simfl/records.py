@@ -32,9 +32,11 @@ from simfl.errors import InputError
 
 PARTS_DIR = "parts"
 PLOTS_DIR = "plots"  # a run's figures (simfl.plots; a test checks that it writes no others)
-RUN_PLOTS = ("test_error_hist.png", "p90_vs_time.png", "p90_vs_bytes.png", "error_vs_size.png",
-             "error_vs_rounds.png", "round_durations.png", "availability.png",
-             "staleness.png", "threshold_estimates.png", "bias_decomposition.png")
+FIGURE_FORMATS = ("png", "pdf", "svg")  # what `plot --format` writes (matplotlib, no extras)
+RUN_PLOT_STEMS = ("test_error_hist", "p90_vs_time", "p90_vs_bytes", "error_vs_size",
+                  "error_vs_rounds", "round_durations", "availability", "staleness",
+                  "threshold_estimates", "bias_decomposition")
+RUN_PLOTS = tuple(f"{stem}.{fmt}" for stem in RUN_PLOT_STEMS for fmt in FIGURE_FORMATS)
 ROW_GROUP_ROWS = 1 << 17  # rows per row group of a merged table
 
 SCHEMAS: dict[str, pa.Schema] = {

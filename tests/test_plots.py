@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from matplotlib.figure import Figure
 
 from simfl.errors import InputError
 from simfl.plots.runs import (
@@ -549,3 +550,193 @@ def test_plot_level_says_when_the_bytes_to_reach_it_are_not_known_yet(
             "is written when its stragglers end)") in out
     assert main(["plot", str(run), "--level", "0.95"]) == 0  # reached at round 0: 0 bytes
     assert f"{run}: p90 <= 0.95 at 0.00 h, round 0, 0.00 GB" in capsys.readouterr().out
+
+
+def _beside(fig: Figure) -> bool:
+    """Whether the legend of ``fig``'s first axes lies right of the axes, off the data."""
+    fig.draw_without_rendering()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    return legend is not None and legend.get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_round_durations_are_on_a_log_axis_in_seconds() -> None:
+    # most rounds close in 0.4 s, two wait 8 minutes: both show on a log axis
+    rounds = short_rounds(num_rounds=40, length_s=0.4)
+    ends = rounds["t_end_s"].to_numpy().copy()
+    ends[[5, 30]] += 480.0
+    ends[7] = rounds["t_start_s"][7]  # a round of zero length: not drawable, counted
+    fig = plot_round_durations(rounds.with_columns(pl.Series("t_end_s", ends)))
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylabel() == "round duration (s, log scale)"
+    low, high = ax.get_ylim()
+    assert low < 0.4 and high > 480.4
+    points = next(line for line in ax.get_lines() if line.get_label() == "round")
+    assert len(points.get_ydata()) == 39
+    assert ax.get_title() == "Round durations (40 rounds; 1 of zero length not drawn)"
+    assert _beside(fig)
+
+
+def test_error_vs_rounds_legend_is_beside_the_curves() -> None:
+    from simfl.plots.runs import plot_error_vs_rounds
+
+    assert _beside(plot_error_vs_rounds(make_eval({0: TEN, 5: TEN}, {0: TEN, 5: TEN})))
+
+
+def test_the_bias_decomposition_says_which_rounds_it_averages() -> None:
+    from simfl.plots.study import plot_bias_decomposition
+
+    rounds = list(range(0, 101, 10))  # burn-in: rounds before 20 (20 % of 100) are left out
+    bias = pl.DataFrame({
+        "round": rounds, "estimator": ["a"] * 11, "theta": [0.5] * 11,
+        "oracle_quantile": [1.0] * 11, "realized_conformity": [0.5] * 11,
+        "sampling_bias": [0.1] * 11, "availability_bias": [0.3] * 11,
+        "selection_bias": [-0.05] * 11, "bias": [0.35] * 11, "mc_draws": [50] * 11})
+    fig = plot_bias_decomposition(bias)
+    assert " ".join(fig.get_suptitle().split("\n")[1:]) == (
+        "mean over the 9 rounds from 20 to 100 with the population quantile, after a "
+        "burn-in (the first 20% of the run)")
+    assert _beside(fig) and _title_fits(fig)
+
+
+def _title_fits(fig: Figure) -> bool:
+    """Whether ``fig``'s (drawn) title is inside the figure, not cut off on either side."""
+    title = fig._suptitle.get_window_extent()  # type: ignore[union-attr]
+    return bool(title.x0 >= 0 and title.x1 <= fig.bbox.x1)
+
+
+def _variant_bias() -> pl.DataFrame:
+    """_study_bias's runs at one cohort size, as two variants with two estimators."""
+    return pl.concat([_study_bias((20,)).with_columns(
+        pl.lit(v).alias("variant"), pl.lit(e).alias("estimator"),
+        pl.col("run_id") + f",{v},{e}") for v in ("b", "a") for e in ("x", "y")])
+
+
+def test_sweep_figures_join_numbers_by_lines_and_never_categories() -> None:
+    from simfl.plots.study import plot_bias_by
+
+    # variants side by side, in the sweep's order, each estimator's dot apart: no line
+    ax = plot_bias_by(_variant_bias().drop("clients_per_round"), "variant", "bias", "b").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["b", "a"]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(dots) == 2 and all(line.get_linestyle() == "None" for line in dots)
+    assert [list(line.get_xdata()) for line in dots] == [pytest.approx([-0.15, 0.85]),
+                                                         pytest.approx([0.15, 1.15])]
+    # the cohort size is a number: drawn at its values, on a log axis, joined
+    ax = plot_bias_by(_study_bias((10, 20, 80)), "clients_per_round", "bias", "b").axes[0]
+    assert ax.get_xscale() == "log"
+    (dots,) = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert list(dots.get_xdata()) == [10, 20, 80] and dots.get_linestyle() == "-"
+    assert ax.get_legend().get_title().get_text() == "estimator\n(mean ± 1 sd over seeds)"
+
+
+def test_the_sweep_decomposition_has_bars_at_the_cohort_sizes_and_a_title_that_fits() -> None:
+    from simfl.plots.study import plot_decomposition_by
+
+    bias = _study_bias((10, 20, 80)).with_columns(
+        sampling_bias=pl.lit(0.01), availability_bias=pl.lit(-0.02),
+        selection_bias=pl.lit(0.0), mc_draws=pl.lit(50), estimator=pl.lit("a_long_name"))
+    fig = plot_decomposition_by(bias, "clients_per_round")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    centres = sorted({round((p.get_x() * (p.get_x() + p.get_width())) ** 0.5, 6)
+                      for p in ax.patches if p.get_height() != 0})
+    assert centres == pytest.approx([10.0, 20.0, 80.0])  # geometric centres on the log axis
+    fig.draw_without_rendering()
+    assert _title_fits(fig)
+    assert "mean over" in fig.get_suptitle()
+    assert "(mean ± 1 sd over seeds)" in ax.get_legend().get_title().get_text()
+
+
+def test_protocol_cost_writes_counts_as_integers_and_no_zero_sums() -> None:
+    from simfl.plots.study import plot_protocol_cost
+
+    bias = pl.DataFrame({"estimator": ["exact", "secure", "odd"],
+                         "protocol_bytes": [0.0, 4096.0, 100.0],
+                         "secure_sums": [0.0, 12.0, 2.5]})
+    notes = [t.get_text() for t in plot_protocol_cost(bias).axes[0].texts]
+    assert notes == [" nothing beyond the model", " 2.5 secure sums a round",
+                     " 12 secure sums a round"]
+
+
+@pytest.mark.parametrize("fmt", ["pdf", "svg"])
+def test_plot_format_writes_every_figure_in_that_format(
+        tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from simfl.cli import main
+    from simfl.records import RUN_PLOTS
+
+    runs = [synthetic_run(tmp_path / f"run{k}", seed=k) for k in range(2)]
+    assert main(["plot", *map(str, runs), "--format", fmt,
+                 "--compare", str(tmp_path / f"cmp.{fmt}")]) == 0
+    names = {p.name for p in (runs[0] / "plots").iterdir()}
+    assert names == {Path(n).with_suffix(f".{fmt}").name for n in RUN_FIGURES}
+    assert names <= set(RUN_PLOTS)  # --overwrite and resume accept the folder
+    assert (tmp_path / f"cmp.{fmt}").stat().st_size > 0
+    head = (runs[0] / "plots" / f"round_durations.{fmt}").read_bytes()[:5]
+    assert head == (b"%PDF-" if fmt == "pdf" else b"<?xml")
+    assert "skipped availability" in capsys.readouterr().err
+
+
+def test_plot_format_and_compare_suffix_must_agree(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simfl.cli import main
+
+    run = synthetic_run(tmp_path / "run")
+    assert main(["plot", str(run), "--format", "svg", "--compare", str(tmp_path / "c.png")]) == 2
+    assert capsys.readouterr().err == (f"simfl: error: {tmp_path / 'c.png'}: the figures are "
+                                       "written as svg files; name it c.svg (or use --format)\n")
+    assert not (run / "plots").exists()
+
+
+def test_plot_redraws_a_runs_own_figures_and_nothing_else(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """plots/ is the run's, simfl's to redraw (no --overwrite); --compare's file is not."""
+    from simfl.cli import main
+    from simfl.records import foreign_entry
+    from simfl.run import RUN_LAYOUT
+
+    run = synthetic_run(tmp_path / "run")
+    assert main(["plot", str(run)]) == 0
+    figure = run / "plots" / "error_vs_rounds.png"
+    figure.write_bytes(b"stale")
+    (run / "plots" / "notes.txt").write_text("mine")
+    assert main(["plot", str(run), "--compare", str(tmp_path / "cmp.png")]) == 0
+    assert figure.read_bytes().startswith(b"\x89PNG")  # redrawn
+    assert (run / "plots" / "notes.txt").read_text() == "mine"
+    assert main(["plot", str(run), "--compare", str(tmp_path / "cmp.png")]) == 2
+    assert "exists (use --overwrite to replace it)" in capsys.readouterr().err
+    (run / "plots" / "notes.txt").unlink()
+    assert main(["plot", str(run), "--format", "pdf"]) == 0
+    assert foreign_entry(run, RUN_LAYOUT) is None  # figures of every format are the run's
+
+
+def _collected(out: Path, bias: pl.DataFrame) -> Path:
+    """A collected sweep folder with ``bias`` and a run's rounds and eval tables."""
+    out.mkdir()
+    bias.write_parquet(out / "bias.parquet")
+    make_rounds([10, 10], [5, 5]).with_columns(pl.lit("r").alias("run_id")) \
+        .write_parquet(out / "rounds.parquet")
+    make_eval({0: TEN, 2: TEN}).with_columns(pl.lit("r").alias("run_id")) \
+        .write_parquet(out / "eval.parquet")
+    return out
+
+
+def test_collect_names_each_figure_it_skips_and_why(tmp_path: Path) -> None:
+    from simfl.plots.study import plot_sweep
+
+    bias = _study_bias((10,)).with_columns(oracle_quantile=pl.lit(None, pl.Float64))
+    out = _collected(tmp_path / "sweep", bias)
+    lines: list[str] = []
+    written = plot_sweep(out, report=lines.append)
+    assert [p.name for p in written] == ["protocol_cost.png", "p90_vs_bytes_by_estimator.png"]
+    assert lines == [f"simfl: collect {out}: skipped bias_vs_cohort.png, "
+                     "conformity_vs_cohort.png, online_bias_vs_cohort.png, "
+                     "decomposition_vs_cohort.png: bias.parquet has no round with the "
+                     "population quantile after the burn-in (estimator.bias_every)"]
+    lines.clear()
+    out = _collected(tmp_path / "no_bias", bias.clear())
+    assert plot_sweep(out, report=lines.append) == []
+    assert len(lines) == 1 and lines[0].startswith(f"simfl: collect {out}: skipped "
+                                                   "protocol_cost.png, bias_vs_cohort.png")
+    assert lines[0].endswith(": bias.parquet is empty (no run logged a threshold estimate: "
+                             "the study's figures need Δ-FL runs)")

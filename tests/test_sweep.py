@@ -637,7 +637,11 @@ def test_collect_replaces_its_own_files_and_no_one_elses(
     assert main(["collect", str(path)]) == 0  # again, over its own files
     assert {p.name: p.read_bytes() for p in sweep.out_dir.glob("*.parquet")} == collected
     assert {p.name for p in (sweep.out_dir / "plots").iterdir()} == figures
-    capsys.readouterr()
+    skipped = (f"simfl: collect {Path('results/one')}: skipped bias_vs_cohort.png, "
+               "conformity_vs_cohort.png, online_bias_vs_cohort.png, "
+               "decomposition_vs_cohort.png: the sweep has no clients_per_round axis and no "
+               "variants\n")
+    assert capsys.readouterr().err.count(skipped) == 2  # said by each collect
     assert not (sweep.out_dir / "plots" / "bias_vs_cohort.png").exists()  # no cohort axis
     for name in ("rounds.parquet", "plots/protocol_cost.png", "plots/bias_vs_cohort.png"):
         user = sweep.out_dir / name

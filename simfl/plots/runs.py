@@ -1,5 +1,5 @@
 """One run's figures from its Parquet tables and manifest.json (docs/design.md §8):
-``plot_run`` writes them as PNG files, ``compare_runs`` overlays several runs."""
+``plot_run`` writes them as PNG (or PDF, SVG) files, ``compare_runs`` overlays several runs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from matplotlib.figure import Figure
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
 from simfl.plots import new_axes, save_figure
-from simfl.records import PLOTS_DIR, manifest_or_empty, read_table, table_exists
+from simfl.records import (
+    FIGURE_FORMATS,
+    PLOTS_DIR,
+    manifest_or_empty,
+    read_table,
+    table_exists,
+)
 
 SECONDS_PER_HOUR = 3600.0
 P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
@@ -207,7 +213,7 @@ def plot_error_vs_size_by_rule(errors: pl.DataFrame, title: str) -> Figure:
 def plot_error_vs_rounds(eval_df: pl.DataFrame) -> Figure:
     """Mean and p90 error vs round; test solid, train dashed."""
     summary = error_by_round(eval_df)
-    fig, ax = new_axes()
+    fig, ax = new_axes((7.6, 4.2))
     for split, ls in (("test", "-"), ("train", "--")):
         part = summary.filter(pl.col("split") == split)
         for stat, color, name in (("mean", "C0", "mean"), ("p90", "C3", P90_LABEL)):
@@ -216,7 +222,8 @@ def plot_error_vs_rounds(eval_df: pl.DataFrame) -> Figure:
                         color=color, label=f"{split} {name}")
     ax.set(xlabel="round (completed rounds)", ylabel="per-device error",
            title="Error across devices vs rounds")
-    ax.legend()
+    # beside the axes: the curves span the whole error range, no corner is free of them
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return fig
 
 
@@ -271,13 +278,18 @@ def plot_staleness(clients_df: pl.DataFrame) -> Figure:
 
 def plot_round_durations(rounds_df: pl.DataFrame) -> Figure:
     """Round duration vs round start time (a diurnal cycle shows as a wave), with the mean
-    per time bin (an hour, or less for short runs) where there are two bins or more."""
+    per time bin (an hour, or less for short runs) where there are two bins or more.
+
+    The duration axis is logarithmic, in seconds: durations span orders of magnitude (most
+    rounds close in a second, a few wait minutes for their devices), and on a linear axis
+    the bulk would lie flat on zero. Rounds of zero length, which a log axis cannot show,
+    are counted in the title."""
     start_s = rounds_df["t_start_s"].to_numpy().astype(np.float64)
-    duration_s = (rounds_df["t_end_s"] - rounds_df["t_start_s"]).to_numpy()
-    divisor, unit = _duration_unit(float(np.nanmax(duration_s)))
+    duration_s = (rounds_df["t_end_s"] - rounds_df["t_start_s"]).to_numpy().astype(np.float64)
     t_div, t_unit = _duration_unit(float(start_s.max()) if start_s.size else 0.0)
-    fig, ax = new_axes()
-    ax.plot(start_s / t_div, duration_s / divisor, marker=".", ls="", ms=3, alpha=0.5,
+    fig, ax = new_axes((7.6, 4.2))
+    shown = duration_s > 0
+    ax.plot(start_s[shown] / t_div, duration_s[shown], marker=".", ls="", ms=3, alpha=0.5,
             label="round")
     width_s, name = _time_bin(float(start_s.max() - start_s.min()) if start_s.size else 0.0)
     bins = np.floor(start_s / width_s).astype(np.int64)
@@ -285,12 +297,14 @@ def plot_round_durations(rounds_df: pl.DataFrame) -> Figure:
     if counts.size >= 2:  # one bin would be a line without length
         mean_start = np.bincount(inverse, start_s) / counts  # inside the data, not bin centres
         mean_duration = np.bincount(inverse, duration_s) / counts
-        ax.plot(mean_start / t_div, mean_duration / divisor, color="C3", lw=1.2,
-                label=f"{name} mean")
-    ax.set_ylim(bottom=0.0)
-    ax.legend(loc="upper right", fontsize="small")
-    ax.set(xlabel=f"round start, simulated time ({t_unit})", ylabel=f"round duration ({unit})",
-           title=f"Round durations ({rounds_df.height} rounds)")
+        ax.plot(mean_start / t_div, mean_duration, color="C3", lw=1.2, label=f"{name} mean")
+    ax.set_yscale("log")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    zero = int((~shown).sum())
+    ax.set(xlabel=f"round start, simulated time ({t_unit})",
+           ylabel="round duration (s, log scale)",
+           title=f"Round durations ({rounds_df.height} rounds"
+                 + (f"; {zero} of zero length not drawn)" if zero else ")"))
     return fig
 
 
@@ -401,8 +415,18 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr) -> list[Path]:
-    """Write the figures of one run into run_dir/plots; return the written PNG paths.
+def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr,
+             fmt: str = "png") -> list[Path]:
+    """Write the figures of one run into run_dir/plots as ``fmt`` files (png, pdf or svg:
+    :data:`simfl.records.FIGURE_FORMATS`); return the written paths.
+
+    A figure already there is redrawn without asking: a run's plots/ folder is simfl's
+    (part of the run's layout, :data:`simfl.records.RUN_PLOTS`, which ``--overwrite``
+    deletes with the run), and its figures are drawn from the run's own tables, so
+    redrawing loses nothing; ``plot`` is meant to be run again as an unfinished run
+    advances. Only the files simfl names are written; anything else in plots/ is left
+    alone. (``plot --compare`` is different: it writes where the user says, possibly over
+    a file simfl did not write, so it refuses an existing file without ``--overwrite``.)
 
     Figures whose tables are absent or empty are skipped, and ``report`` (by default a
     line on stderr; None: silent) is told which and why, one line per reason:
@@ -413,13 +437,30 @@ def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr) -> l
         raise InputError(f"{run_dir}: not a simfl run directory (no rounds.parquet)")
     makers, skipped = _figure_makers(*(_read_table(run_dir, t)
                                        for t in ("eval", "rounds", "availability", "clients")))
-    written = [save_figure(make(), run_dir / PLOTS_DIR / filename)
+    written = [save_figure(make(), run_dir / PLOTS_DIR / with_format(filename, fmt))
                for filename, make in makers.items()]
     if report is not None:
-        for reason in dict.fromkeys(skipped.values()):
-            names = ", ".join(n for n in RUN_FIGURES if skipped.get(n) == reason)
-            report(f"simfl: plot {run_dir}: skipped {names}: {reason}")
+        for line in skip_lines(f"plot {run_dir}", RUN_FIGURES, skipped, fmt):
+            report(line)
     return written
+
+
+def with_format(filename: str, fmt: str) -> str:
+    """``filename`` with the suffix of the figure format ``fmt`` (png, pdf, svg)."""
+    if fmt not in FIGURE_FORMATS:
+        raise InputError(f"figure format {fmt!r}: must be one of {', '.join(FIGURE_FORMATS)}")
+    return str(Path(filename).with_suffix(f".{fmt}"))
+
+
+def skip_lines(what: str, order: tuple[str, ...], skipped: dict[str, str],
+               fmt: str = "png") -> list[str]:
+    """One line per reason for the figures in ``skipped`` (file name -> why), its names
+    in ``order``: ``simfl: WHAT: skipped a.png, b.png: <reason>``."""
+    lines = []
+    for reason in dict.fromkeys(skipped.values()):
+        names = ", ".join(with_format(n, fmt) for n in order if skipped.get(n) == reason)
+        lines.append(f"simfl: {what}: skipped {names}: {reason}")
+    return lines
 
 
 def compare_runs(run_dirs: list[Path], out: Path) -> Path:

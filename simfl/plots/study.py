@@ -13,8 +13,13 @@ initial value: the study is about the steady state.
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import seaborn as sns
@@ -23,9 +28,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from simfl.plots import new_axes, save_figure
-from simfl.plots.runs import P90_LABEL, byte_unit, tail_vs_bytes
+from simfl.plots.runs import P90_LABEL, byte_unit, skip_lines, tail_vs_bytes, with_format
 from simfl.records import PLOTS_DIR, read_table, table_exists
-from simfl.sweep import COLLECT_MARK
+from simfl.sweep import COLLECT_MARK, SWEEP_FIGURES
 
 RUN_KEYS = ("run_id",)
 BURN_IN_FRACTION = 0.2
@@ -98,16 +103,32 @@ def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
 DECOMPOSITION = ("sampling_bias", "availability_bias", "selection_bias")
 
 
-def _stacked_causes(ax: Axes, x: list[int], rows: pl.DataFrame, legend: bool) -> None:
+def _stacked_causes(ax: Axes, x: Sequence[float], rows: pl.DataFrame, legend: bool,
+                    width: list[float] | float = 0.6) -> None:
     """The three causes of ``rows`` (one row per position in ``x``) as stacked bars, the
-    positive and the negative parts stacked apart so neither hides the other."""
+    positive and the negative parts stacked apart so neither hides the other. A bar is
+    centred on its ``x`` unless ``width`` is a list: then ``x`` are the bars' left edges
+    (bars of a log axis, :func:`_log_bars`)."""
+    align: Literal["edge", "center"] = "edge" if isinstance(width, list) else "center"
     for sign in (1.0, -1.0):
         bottom = [0.0] * len(x)
         for i, column in enumerate(DECOMPOSITION):
             part = [max(sign * v, 0.0) * sign for v in rows[column].to_list()]
-            ax.bar(x, part, bottom=bottom, color=f"C{i}", width=0.6,
+            ax.bar(x, part, bottom=bottom, color=f"C{i}", width=width, align=align,
                    label=column.removesuffix("_bias") if sign > 0 and legend else None)
             bottom = [b + p for b, p in zip(bottom, part, strict=True)]
+
+
+def averaged_rounds(bias: pl.DataFrame) -> str:
+    """Which rounds the decomposition figures average, for a title: the rounds after the
+    burn-in on which the bias was split by cause."""
+    rounds = bias_rows(bias).filter(pl.col("mc_draws") > 0)["round"].unique().sort().to_list()
+    if len(rounds) > 1:
+        span = f"the {len(rounds)} rounds from {rounds[0]} to {rounds[-1]}"
+    else:
+        span = f"round {rounds[0]}" if rounds else "no round"
+    return f"mean over {span} with the population quantile, after a burn-in (the first " \
+           f"{BURN_IN_FRACTION:.0%} of the run)"
 
 
 def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
@@ -115,18 +136,19 @@ def plot_bias_decomposition(bias: pl.DataFrame) -> Figure:
     availability and selection terms (stacked bars; the dot is the total bias)."""
     rows = bias_rows(bias).filter(pl.col("mc_draws") > 0).group_by("estimator").agg(
         *(pl.col(c).mean() for c in (*DECOMPOSITION, "bias"))).sort("estimator")
-    fig, ax = new_axes((7.0, 4.5))
+    fig, ax = new_axes((8.0, 4.5))
     names = rows["estimator"].to_list()
     x = list(range(len(names)))
     _stacked_causes(ax, x, rows, legend=True)
     ax.plot(x, rows["bias"].to_list(), "k.", ms=9, label="total bias")
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(x, names, rotation=20)
-    ax.legend(fontsize="small")
+    # beside the axes: the bars reach the top and the bottom of the frame
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     draws = bias["mc_draws"].to_numpy().max(initial=0)
-    ax.set(ylabel="bias of η̂ (loss)",
-           title=f"Threshold bias by cause, θ = {bias['theta'][0]:g} "
-                 f"({draws} random cohorts per term)")
+    ax.set(ylabel="bias of η̂ (loss)")
+    _fitted_title(fig, f"Threshold bias by cause, θ = {bias['theta'][0]:g} ({draws} random "
+                       f"cohorts per term)", averaged_rounds(bias))
     return fig
 
 
@@ -176,33 +198,117 @@ def _label_outer(ax: Axes, xlabel: str, ylabel: str) -> None:
     ax.set(xlabel=xlabel if spec.is_last_row() else "",
            ylabel=ylabel if spec.is_first_col() else "")
     if ax.get_legend():
-        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0))
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+
+
+SEED_SPREAD = "mean ± 1 sd over seeds"  # what a sweep figure's bars and dots are
+AXIS_LABELS = {"clients_per_round": "clients per round (cohort size, log scale)"}
+
+
+def _is_numeric(frame: pd.DataFrame, x: str) -> bool:
+    """Whether the sweep axis ``x`` is a number (drawn at its value), not a category."""
+    return bool(pd.api.types.is_numeric_dtype(frame[x]))
+
+
+def _numeric_axis(ax: Axes, x: str, values: list[float]) -> None:
+    """A numeric sweep axis ticked at the sweep's values (not 5x10^0 ... 9x10^0); the
+    cohort size on a log scale, where its values usually double."""
+    if x == "clients_per_round" and min(values) > 0:
+        ax.set_xscale("log")
+        pad = 1.3 if max(values) > min(values) else 1.6  # one value: a frame around it
+        ax.set_xlim(min(values) / pad, max(values) * pad)
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _mean_sd_by_estimator(ax: Axes, part: pd.DataFrame, x: str, column: str,
+                          estimators: list[str], order: list[Any]) -> None:
+    """Each estimator's mean ± sd over the runs (seeds) of ``column`` at each value of
+    ``x``: joined by a line where ``x`` is a number, apart (dodged) where it names
+    categories (drawn in the sweep's ``order``), which a line would join as if they were
+    ordered."""
+    numeric = _is_numeric(part, x)
+    stats = part.groupby(["estimator", x], sort=False)[column].agg(["mean", "std"]) \
+        .reset_index().fillna({"std": 0.0})
+    present = set(part[x])
+    categories = [v for v in order if v in present] or list(dict.fromkeys(part[x]))
+    rank = {v: i for i, v in enumerate(categories)}
+    for i, estimator in enumerate(estimators):
+        rows = stats[stats["estimator"] == estimator]
+        rows = rows.sort_values(x, key=None if numeric else lambda c: c.map(rank))
+        offset = (i - (len(estimators) - 1) / 2) / max(len(estimators), 1)
+        if numeric:  # dodged a little, so that one estimator's bar does not hide another's
+            xs = _dodge(rows[x].to_numpy(float), offset, sorted(map(float, categories)),
+                        log=x == "clients_per_round")
+        else:
+            xs = np.array([categories.index(v) for v in rows[x]]) + 0.6 * offset
+        ax.errorbar(xs, rows["mean"], yerr=rows["std"], marker="o", ms=5, capsize=3,
+                    color=f"C{i % 10}", ls="-" if numeric else "", label=estimator)
+    if numeric:
+        _numeric_axis(ax, x, sorted(float(v) for v in categories))
+    else:
+        ax.set_xticks(range(len(categories)), [str(c) for c in categories])
 
 
 def plot_bias_by(bias: pl.DataFrame, x: str, column: str, ylabel: str) -> Figure:
-    """Mean (± sd over runs) of ``column`` vs the sweep axis ``x``, a line per estimator,
-    in panels by variant and θ (:func:`_panel_grid`)."""
+    """Mean ± sd over runs (seeds) of ``column`` vs the sweep axis ``x``, one colour per
+    estimator, in panels by variant and θ (:func:`_panel_grid`); a numeric axis (the cohort
+    size) is drawn at its values, categories (variants) side by side without lines."""
     axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
     runs = per_run_bias(bias, axes).to_pandas()
     fig, panels = _panel_grid(runs, x, 4.2, _sweep_order(bias))
-    estimators = sorted(runs["estimator"].unique())  # hue_order: one colour in every panel
+    estimators = sorted(runs["estimator"].unique())  # one colour in every panel
+    order = _sweep_order(bias).get(x, [])
     for ax, part in panels:
-        sns.lineplot(part, x=x, y=column, hue="estimator", hue_order=estimators, marker="o",
-                     errorbar="sd", ax=ax, legend=_top_right(ax))
-        _label_outer(ax, x, ylabel)
+        _mean_sd_by_estimator(ax, part, x, column, estimators, order)
         ax.axhline(0.0, color="k", lw=0.6)
-        if x == "clients_per_round":
-            ax.set_xscale("log")
-            ticks = sorted(part[x].unique())  # the sweep's values, not 5x10^0 ... 9x10^0
-            ax.set_xticks(ticks, [str(t) for t in ticks])
-            ax.xaxis.set_minor_formatter(NullFormatter())
+        _label_outer(ax, AXIS_LABELS.get(x, x), ylabel)
+        if _top_right(ax):
+            _legend_beside(ax, f"estimator\n({SEED_SPREAD})")
     return fig
+
+
+def _log_step(values: list[float]) -> float:
+    """The smallest ratio between neighbouring ``values`` (sorted, positive); 2 for one."""
+    ratios = [b / a for a, b in zip(values, values[1:], strict=False) if a > 0 and b > a]
+    return min(ratios, default=2.0)
+
+
+def _dodge(xs: np.ndarray, offset: float, values: list[float], log: bool) -> np.ndarray:
+    """``xs`` moved by ``offset`` (-0.5 .. 0.5) of a fifth of the gap between neighbouring
+    sweep ``values``: on the page, the same whatever the values."""
+    if log:
+        return xs * _log_step(values) ** (offset / 5)
+    gaps = np.diff(values)
+    return xs + offset / 5 * (float(gaps.min()) if gaps.size else 1.0)
+
+
+def _log_bars(values: list[float]) -> tuple[list[float], list[float]]:
+    """Left edges and widths of bars centred (geometrically) on ``values`` of a log axis,
+    each as wide on the page as the others and narrower than the gap between neighbours."""
+    half = _log_step(values) ** 0.3
+    return [v / half for v in values], [v * half - v / half for v in values]
+
+
+def _bar_positions(ax: Axes, x: str, values: list[Any]
+                   ) -> tuple[list[float], list[float], list[float] | float]:
+    """Where a sweep panel's bars stand: at the cohort sizes on a log axis
+    (:func:`_numeric_axis`), else one category after the other. Returns the centres, and
+    the positions and widths for :func:`_stacked_causes`."""
+    if x == "clients_per_round" and all(isinstance(v, int | float) and v > 0 for v in values):
+        centres = [float(v) for v in values]
+        _numeric_axis(ax, x, centres)
+        return (centres, *_log_bars(centres))
+    centres = [float(i) for i in range(len(values))]
+    ax.set_xticks(centres, [str(v) for v in values])
+    return centres, centres, 0.6
 
 
 def plot_decomposition_by(bias: pl.DataFrame, x: str) -> Figure:
     """The driving estimator's bias split by cause against the sweep axis ``x``, in panels
     by variant and θ (:func:`_panel_grid`): at each value the three causes' means over the
-    runs as stacked bars, and the total bias's mean ± sd over the runs as a dot."""
+    runs as stacked bars, and the total bias's mean ± sd over the runs as a dot. A cohort
+    size axis is numeric (log scale, bars at the sweep's values)."""
     decomposed = bias.filter(pl.col("driver") & (pl.col("mc_draws") > 0))
     axes = list(dict.fromkeys(c for c in (x, "variant", "theta") if c in bias.columns))
     runs = per_run_bias(decomposed, axes)
@@ -212,34 +318,61 @@ def plot_decomposition_by(bias: pl.DataFrame, x: str) -> Figure:
     fig, panels = _panel_grid(cells.sort(x).to_pandas(), x, 3.6, _sweep_order(bias))
     for ax, part in panels:
         rows = pl.from_pandas(part)
-        positions = list(range(rows.height))
-        _stacked_causes(ax, positions, rows, legend=_top_right(ax))
-        ax.errorbar(positions, rows["bias"].to_list(), yerr=rows["bias_sd"].to_list(),
-                    fmt="k.", ms=8, capsize=3, label="total bias (± sd)" if _top_right(ax)
-                    else None)
+        centres, at, width = _bar_positions(ax, x, rows[x].to_list())
+        _stacked_causes(ax, at, rows, _top_right(ax), width)
+        ax.errorbar(centres, rows["bias"].to_list(), yerr=rows["bias_sd"].to_list(),
+                    fmt="k.", ms=8, capsize=3, label="total bias")
         ax.axhline(0.0, color="black", lw=0.8)
-        ax.set_xticks(positions, [str(v) for v in rows[x].to_list()])
+        _label_outer(ax, AXIS_LABELS.get(x, x), "bias of η̂ (loss)")
         if _top_right(ax):
-            ax.legend(fontsize="small")
-        _label_outer(ax, x, "bias of η̂ (loss)")
+            _legend_beside(ax, f"cause, total\n({SEED_SPREAD})")
     estimator = ", ".join(decomposed["estimator"].unique(maintain_order=True).to_list())
-    fig.suptitle(f"Bias of the driving estimator ({estimator}) by cause "
-                 f"({decomposed['mc_draws'].to_numpy().max(initial=0)} random cohorts per term)")
+    draws = decomposed["mc_draws"].to_numpy().max(initial=0)
+    _fitted_title(fig, f"Bias of the driving estimator ({estimator}) by cause, {draws} random "
+                       f"cohorts per term", averaged_rounds(decomposed))
     return fig
+
+
+def _legend_beside(ax: Axes, title: str) -> None:
+    """A sweep figure's legend, beside its top-right panel (not over the data)."""
+    ax.legend(title=title, fontsize="small", title_fontsize="small", loc="upper left",
+              bbox_to_anchor=(1.02, 1.0))
+
+
+def _fitted_title(fig: Figure, *parts: str) -> None:
+    """``fig``'s title: each of ``parts`` on its own lines, broken to fit the figure's width
+    (at the medium font size), so that no part of it is cut off."""
+    width = max(30, int(fig.get_figwidth() * 11))
+    fig.suptitle("\n".join(textwrap.fill(part, width) for part in parts), fontsize="medium")
 
 
 def plot_protocol_cost(bias: pl.DataFrame) -> Figure:
     """Bytes per device per round that each estimator's protocol costs (beyond the model)."""
     cost = bias.group_by("estimator").agg(pl.col("protocol_bytes").mean(),
                                           pl.col("secure_sums").mean()).sort("protocol_bytes")
-    divisor, unit = byte_unit(float(cost["protocol_bytes"].to_numpy().max(initial=0.0)))
+    most = float(cost["protocol_bytes"].to_numpy().max(initial=0.0))
+    divisor, unit = byte_unit(most)
     fig, ax = new_axes()
     ax.barh(cost["estimator"], cost["protocol_bytes"] / divisor, color="C0")
     for y, (b, s) in enumerate(zip(cost["protocol_bytes"], cost["secure_sums"], strict=True)):
-        ax.annotate(f" {s:.1f} secure sums", (b / divisor, y), va="center", fontsize="small")
+        ax.annotate(f" {_cost_note(b, s)}", (b / divisor, y), va="center", fontsize="small")
+    ax.set_xlim(0.0, (most / divisor or 1.0) * 1.4)  # room for the notes; never negative
     ax.set(xlabel=f"protocol bytes per device per round ({unit})",
            title="What the threshold costs")
     return fig
+
+
+def _cost_note(protocol_bytes: float, secure_sums: float) -> str:
+    """What a bar of :func:`plot_protocol_cost` leaves unsaid: its secure sums a round
+    (an integer as one), or that it costs nothing."""
+    if secure_sums:
+        return f"{_count(secure_sums)} secure sum{'' if secure_sums == 1 else 's'} a round"
+    return "no secure sum" if protocol_bytes else "nothing beyond the model"
+
+
+def _count(value: float) -> str:
+    """A mean count as an integer when it is one (12, not 12.0), else to one decimal."""
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
 def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
@@ -298,44 +431,76 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
     return fig
 
 
-def plot_sweep(out_dir: Path) -> list[Path]:
-    """The study's figures from a collected sweep directory (some of
-    :data:`simfl.sweep.SWEEP_FIGURES`, marked as collect's); returns the PNGs written."""
-    out_dir = Path(out_dir)
-    bias = pl.read_parquet(out_dir / "bias.parquet")
-    if bias.height == 0:
-        return []
+def _sweep_figures(out_dir: Path, bias: pl.DataFrame
+                   ) -> tuple[dict[str, Callable[[], Figure]], dict[str, str]]:
+    """(file name -> figure builder, file name -> why it is skipped) of a collected sweep
+    with a non-empty ``bias``."""
     x = "clients_per_round" if "clients_per_round" in bias.columns else "variant"
-    figures = {
-        "protocol_cost.png": lambda: plot_protocol_cost(bias),
-    }
-    if bias_rows(bias).height and x in bias.columns:
-        figures["bias_vs_cohort.png"] = lambda: plot_bias_by(
-            bias, x, "bias", "bias of η̂: estimate − population quantile")
-        figures["conformity_vs_cohort.png"] = lambda: plot_bias_by(
-            bias, x, "conformity_gap", "realized conformity − θ")
+    figures: dict[str, Callable[[], Figure]] = {"protocol_cost.png": partial(
+        plot_protocol_cost, bias)}
+    skipped: dict[str, str] = {}
+    by_x = ("bias_vs_cohort.png", "conformity_vs_cohort.png", "online_bias_vs_cohort.png",
+            "decomposition_vs_cohort.png")
+    if x not in bias.columns:
+        skipped |= dict.fromkeys(by_x, "the sweep has no clients_per_round axis and no variants")
+    elif not bias_rows(bias).height:
+        skipped |= dict.fromkeys(by_x, "bias.parquet has no round with the population "
+                                       "quantile after the burn-in (estimator.bias_every)")
+    else:
+        figures["bias_vs_cohort.png"] = partial(
+            plot_bias_by, bias, x, "bias", "bias of η̂: estimate − population quantile")
+        figures["conformity_vs_cohort.png"] = partial(
+            plot_bias_by, bias, x, "conformity_gap", "realized conformity − θ")
         if "mc_draws" in bias.columns and bias_rows(bias).filter(pl.col("mc_draws") > 0).height:
-            figures["online_bias_vs_cohort.png"] = lambda: plot_bias_by(
-                bias, x, "online_bias", "bias on random cohorts of the online devices")
-            figures["decomposition_vs_cohort.png"] = lambda: plot_decomposition_by(bias, x)
+            figures["online_bias_vs_cohort.png"] = partial(
+                plot_bias_by, bias, x, "online_bias",
+                "bias on random cohorts of the online devices")
+            figures["decomposition_vs_cohort.png"] = partial(plot_decomposition_by, bias, x)
+        else:
+            skipped |= dict.fromkeys(by_x[2:], "no round split the bias by cause "
+                                               "(estimator.decomposition_draws = 0)")
     rounds, ev = (pl.read_parquet(out_dir / f"{t}.parquet") for t in ("rounds", "eval"))
     if rounds.height and ev.height:
-        figures["p90_vs_bytes_by_estimator.png"] = lambda: plot_tail_vs_bytes_by_estimator(
-            rounds, ev, bias)
+        figures["p90_vs_bytes_by_estimator.png"] = partial(
+            plot_tail_vs_bytes_by_estimator, rounds, ev, bias)
+    else:
+        skipped["p90_vs_bytes_by_estimator.png"] = "rounds.parquet or eval.parquet is empty"
+    return figures, skipped
+
+
+def plot_sweep(out_dir: Path, report: Callable[[str], None] | None = None) -> list[Path]:
+    """The study's figures from a collected sweep directory (some of
+    :data:`simfl.sweep.SWEEP_FIGURES`, marked as collect's); returns the PNGs written.
+    ``report`` (None: silent) is told which figures are skipped and why, one line per
+    reason: ``simfl: collect DIR: skipped a.png, b.png: <reason>``."""
+    out_dir = Path(out_dir)
+    bias = pl.read_parquet(out_dir / "bias.parquet")
+    if bias.height:
+        figures, skipped = _sweep_figures(out_dir, bias)
+    else:
+        figures, skipped = {}, dict.fromkeys(SWEEP_FIGURES, (
+            "bias.parquet is empty (no run logged a threshold estimate: the study's "
+            "figures need Δ-FL runs)"))
+    if report is not None:
+        for line in skip_lines(f"collect {out_dir}", SWEEP_FIGURES, skipped):
+            report(line)
     return [save_figure(make(), out_dir / PLOTS_DIR / name, COLLECT_MARK)
             for name, make in figures.items()]
 
 
-def plot_run_bias(run_dir: Path) -> list[Path]:
-    """One run's threshold-estimate figure, when it logged estimates (merged, or in the
-    parts of an unfinished run)."""
+def plot_run_bias(run_dir: Path, fmt: str = "png") -> list[Path]:
+    """One run's threshold-estimate figure (and its bias by cause, where the run split
+    it), as ``fmt`` files, when it logged estimates (merged, or in the parts of an
+    unfinished run); redrawn like :func:`simfl.plots.runs.plot_run`'s."""
     bias = read_table(run_dir, "bias") if table_exists(run_dir, "bias") else pl.DataFrame()
     if bias.height == 0:
         return []
     out = Path(run_dir) / PLOTS_DIR
-    written = [save_figure(plot_estimates_over_rounds(bias), out / "threshold_estimates.png")]
+    written = [save_figure(plot_estimates_over_rounds(bias),
+                           out / with_format("threshold_estimates.png", fmt))]
     if "mc_draws" in bias.columns and bias_rows(bias).filter(pl.col("mc_draws") > 0).height:
-        written.append(save_figure(plot_bias_decomposition(bias), out / "bias_decomposition.png"))
+        written.append(save_figure(plot_bias_decomposition(bias),
+                                   out / with_format("bias_decomposition.png", fmt)))
     return written
 
 
