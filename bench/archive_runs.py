@@ -49,10 +49,10 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from simfl.errors import InputError
-from simfl.plots.runs import error_by_round
 from simfl.records import FILE, Layout, foreign_entry, manifest_or_empty
 from simfl.run import is_run_manifest
 from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
+from simfl.tables import error_by_round, sent
 from simfl.tune import BEGINS, load_tuning, written_by_tune
 
 SUMMARY_KEYS = ("mean", "p90")
@@ -90,8 +90,9 @@ def _is_tuning(path: str) -> bool:
 
 
 def comm_by_round(comm: pl.DataFrame) -> pl.DataFrame:
-    """A run's messages summed by round, direction and kind."""
-    return (comm.group_by("round", "direction", "kind")
+    """A run's sent messages (:func:`simfl.tables.sent`) summed by round, direction and
+    kind; a shadowing estimator's are in its bias.parquet rows (protocol_bytes)."""
+    return (sent(comm).group_by("round", "direction", "kind")
             .agg(pl.len().cast(pl.Int64).alias("messages"), pl.col("bytes").sum())
             .sort("round", "direction", "kind"))
 

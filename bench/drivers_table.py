@@ -23,6 +23,7 @@ from intervals import ci  # bench/intervals.py
 
 from simfl.plots import save_figure
 from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
+from simfl.tables import sent
 
 SECURE_KINDS = ("quantile_protocol", "secagg")
 
@@ -47,9 +48,9 @@ def per_run(sweep_dir: Path) -> pl.DataFrame:
         round_s=(pl.col("t_end_s") - pl.col("t_start_s")).mean(),
         aggregated=pl.col("num_aggregated").mean())
     secure = pl.DataFrame([  # comm.parquet is not collected: read each run's own
-        {"run_id": run_id, "secure_gb": pl.scan_parquet(comm_file(sweep_dir / run_id))
-         .filter(pl.col("kind").is_in(SECURE_KINDS)).select(pl.col("bytes").sum())
-         .collect().item() / 1e9} for run_id in rounds["run_id"]])
+        {"run_id": run_id, "secure_gb": sent(pl.read_parquet(comm_file(sweep_dir / run_id)))
+         .filter(pl.col("kind").is_in(SECURE_KINDS))["bytes"].sum() / 1e9}
+        for run_id in rounds["run_id"]])
     return (rounds.join(errors, on="run_id").join(secure, on="run_id", how="left")
             .with_columns(pl.col("secure_gb").fill_null(0.0)).sort("variant", "seed"))
 

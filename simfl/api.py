@@ -25,6 +25,7 @@ import polars as pl
 from simfl.records import SCHEMAS, read_manifest, read_table
 from simfl.scenario import Scenario, from_dict, from_manifest, set_key
 from simfl.scenario import load_scenario as scenario_file
+from simfl.tables import tail_vs_bytes
 
 
 def load_scenario(source: str | Path | Mapping[str, Any],
@@ -75,6 +76,12 @@ class Run:
     bias = property(lambda self: self.table("bias"))
     devices = property(lambda self: self.table("devices"))
     availability = property(lambda self: self.table("availability"))
+
+    def tail_vs_bytes(self) -> pl.DataFrame:
+        """Per evaluation: the test devices' mean and 90th-percentile error (columns round,
+        split, t_s, num_devices, mean, p90) and ``bytes_cum``, the bytes down + up of the
+        rounds completed before it (docs/design.md §8, "Joining the tables")."""
+        return tail_vs_bytes(self.eval, self.rounds)
 
     def plot(self) -> list[Path]:
         """Draw the run's figures into its plots/ folder; return their paths."""

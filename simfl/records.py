@@ -79,8 +79,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("direction", pa.string()),  # down / up
         ("kind", pa.string()),  # model / update / loss / quantile_protocol / secagg
         ("bytes", pa.int64()),
-        ("t_start_s", pa.float64()),
+        ("t_start_s", pa.float64()),  # null: a shadow message (not sent, so not timed)
         ("t_end_s", pa.float64()),
+        # null: sent; else the shadowing estimator whose protocol would send it (not sent,
+        # not in rounds.bytes_*; bias.parquet's protocol_bytes per device, as messages)
+        ("shadow", pa.string()),
     ]),
     "bias": pa.schema([
         ("round", pa.int64()),
@@ -195,8 +198,9 @@ class CommRows:
     direction: Column
     kind: Column
     bytes: Column
-    t_start_s: Column
-    t_end_s: Column
+    t_start_s: Column | None
+    t_end_s: Column | None
+    shadow: str | None = None
 
 
 @dataclass(frozen=True)

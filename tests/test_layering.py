@@ -44,6 +44,7 @@ FORBIDDEN = {
     "algorithms": ("torch", "simfl.train", "simfl.quantile", "simfl.checkpoint", "simfl.run",
                    "simfl.sweep", "simfl.tune", "simfl.cli"),
     "metrics.py": ("simfl.", "torch", "simpy"),
+    "tables.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.run", "simfl.plots"),
     "memory.py": ("simfl.sim", "simfl.run", "simfl.sweep", "simfl.cli"),
     "checkpoint.py": ("simfl.run", "simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots"),
     "run.py": ("simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),

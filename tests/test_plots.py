@@ -14,8 +14,6 @@ from simfl.errors import InputError
 from simfl.plots.runs import (
     byte_unit,
     compare_runs,
-    cumulative_bytes,
-    error_by_round,
     last_round_rows,
     plot_availability,
     plot_error_ecdf,
@@ -25,9 +23,9 @@ from simfl.plots.runs import (
     plot_round_durations,
     plot_run,
     run_label,
-    tail_vs_bytes,
 )
 from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
+from simfl.tables import cumulative_bytes, error_by_round, tail_vs_bytes
 
 RUN_FIGURES = {"test_error_hist.png", "error_vs_size.png", "error_vs_rounds.png",
                "p90_vs_bytes.png", "p90_vs_time.png", "round_durations.png"}

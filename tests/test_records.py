@@ -53,7 +53,7 @@ def test_typed_rows_write_what_the_columns_would(tmp_path: Path) -> None:
     typed.write(rows)
     columns.append("comm", round=3, client_idx=np.array([4, 1]), direction=["down", "up"],
                    kind=["model", "update"], bytes=np.array([10, 20]),
-                   t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]))
+                   t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]), shadow=None)
     typed.merge()
     columns.merge()
     assert ((tmp_path / "typed" / "comm.parquet").read_bytes()

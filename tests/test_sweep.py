@@ -19,7 +19,6 @@ import pytest
 from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
-from simfl.plots.runs import error_by_round
 from simfl.plots.study import plot_sweep
 from simfl.run import scenario_sha256
 from simfl.sweep import (
@@ -33,6 +32,7 @@ from simfl.sweep import (
     run_sweep,
     sweep_progress,
 )
+from simfl.tables import error_by_round, sent
 from simfl.train.learner import Learner
 
 ROOT = Path(__file__).parents[1]
@@ -215,7 +215,7 @@ def test_estimators_end_to_end(tmp_path: Path) -> None:
     scenario.write_text(SCENARIO.replace('name = "cohort_exact"', 'name = "secure_bisection"'))
     out = tmp_path / "run"
     assert main([str(scenario), "--out", str(out), "--quiet"]) == 0
-    comm = pl.read_parquet(out / "comm.parquet")
+    comm = sent(pl.read_parquet(out / "comm.parquet"))
     assert comm.filter(pl.col("kind") == "loss").height == 0
     secagg = comm.filter(pl.col("kind") == "secagg")
     steps = 14  # ceil(log2(16 / 1e-3)) secure sums, four exchanges each, up and down

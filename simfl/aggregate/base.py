@@ -38,6 +38,9 @@ class Selection:
     keep: np.ndarray  # (K,) bool: clients that go on to train
     threshold: float | None = None  # the loss threshold used, if any
     exchanges: tuple[Exchange, ...] = ()  # the threshold protocol's messages per device
+    # per shadowing estimator, the messages a device would send or receive beyond the
+    # round's for its protocol (comm.parquet rows marked with its name; never sent)
+    shadow: tuple[tuple[str, tuple[Exchange, ...]], ...] = ()
 
 
 State = np.ndarray | None  # a rule's memory across rounds (AFL, DRFA: λ over all clients)

@@ -24,6 +24,7 @@ from simfl.records import (
     read_table,
     table_exists,
 )
+from simfl.tables import error_by_round, tail_vs_bytes
 
 SECONDS_PER_HOUR = 3600.0
 P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
@@ -31,44 +32,6 @@ _THETA_AGGREGATORS = frozenset({"deltafl"})  # aggregators whose label shows the
 
 
 # --- data preparation ---------------------------------------------------------
-
-
-def error_by_round(eval_df: pl.DataFrame) -> pl.DataFrame:
-    """Per (round, split): t_s, num_devices and error mean and p90 (simfl.metrics).
-
-    Returns columns round, split, t_s, num_devices, mean, p90, sorted by split and round.
-    """
-    rows = []
-    for (round_idx, split), group in eval_df.group_by(["round", "split"]):
-        summary = error_summary(group["error"].drop_nulls().to_numpy())
-        rows.append({"round": round_idx, "split": split, "t_s": group["t_s"].max(),
-                     "num_devices": group.height, **summary})
-    schema = {"round": pl.Int64, "split": pl.String, "t_s": pl.Float64,
-              "num_devices": pl.Int64, "mean": pl.Float64, "p90": pl.Float64}
-    return pl.DataFrame(rows, schema=schema).sort("split", "round")
-
-
-def cumulative_bytes(rounds_df: pl.DataFrame) -> pl.DataFrame:
-    """Bytes down + up summed over the rounds completed before each evaluation.
-
-    Eval round r follows r completed rounds (0..r-1), so row r sums those and
-    round 0 (the initial model) is 0. Returns columns round, bytes_cum.
-    """
-    done = (
-        rounds_df.sort("round")
-        .select(
-            (pl.col("round") + 1).cast(pl.Int64).alias("round"),
-            (pl.col("bytes_down") + pl.col("bytes_up")).cum_sum().cast(pl.Int64).alias("bytes_cum"),
-        )
-    )
-    start = pl.DataFrame({"round": [0], "bytes_cum": [0]}, schema=done.schema)
-    return pl.concat([start, done])
-
-
-def tail_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> pl.DataFrame:
-    """Test-split summary per eval round joined with cumulative bytes (null when unknown)."""
-    test = error_by_round(eval_df).filter(pl.col("split") == "test")
-    return test.join(cumulative_bytes(rounds_df), on="round", how="left").sort("round")
 
 
 def time_to_level(eval_df: pl.DataFrame, rounds_df: pl.DataFrame,

@@ -28,9 +28,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from simfl.plots import new_axes, save_figure
-from simfl.plots.runs import P90_LABEL, byte_unit, skip_lines, tail_vs_bytes, with_format
+from simfl.plots.runs import P90_LABEL, byte_unit, skip_lines, with_format
 from simfl.records import PLOTS_DIR, read_table, table_exists
 from simfl.sweep import COLLECT_MARK, SWEEP_FIGURES
+from simfl.tables import tail_vs_bytes
 
 RUN_KEYS = ("run_id",)
 BURN_IN_FRACTION = 0.2

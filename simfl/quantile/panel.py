@@ -58,6 +58,7 @@ from simfl.quantile.estimators import (
     Tracking,
 )
 from simfl.quantile.kernels import weighted_quantile
+from simfl.quantile.secagg import LOSS_REPORT, Exchange
 from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig
 
@@ -186,6 +187,23 @@ class EstimatorPanel:
                                    self.streams.numpy(f"quantile_noise/{e.name}", round_idx))
                 for e in self.estimators}
 
+    def messages(self, name: str, estimate: Estimate) -> tuple[Exchange, ...]:
+        """What estimator ``name`` has each device of the cohort send and receive: its loss
+        report when it reads losses in the clear, then its protocol's exchanges."""
+        clear = next(e for e in self.estimators if e.name == name).losses_in_clear
+        return ((LOSS_REPORT,) if clear else ()) + estimate.exchanges
+
+    def shadow_messages(self, estimates: dict[str, Estimate]
+                        ) -> tuple[tuple[str, tuple[Exchange, ...]], ...]:
+        """Per shadowing estimator, the messages of :meth:`messages` beyond what the round
+        sends for its driver (a loss report in the clear is sent once for all who read
+        it): what running its protocol too would put on the wire."""
+        sent = set(self.messages(self.driver.name, estimates[self.driver.name]))
+        extra = ((e.name, tuple(x for x in self.messages(e.name, estimates[e.name])
+                                if not (x == LOSS_REPORT and x in sent)))
+                 for e in self.estimators[1:])
+        return tuple((name, msgs) for name, msgs in extra if msgs)
+
     def observe_online(self, t_s: float, online_idx: np.ndarray) -> None:
         if self.wants_checkins:
             self.checkins.observe(t_s, online_idx)
@@ -208,7 +226,7 @@ class EstimatorPanel:
             conformity = (losses[None, :] >= eta[:, None]) @ weights / weights.sum()
             if self.draws:
                 e_all, e_online = self._expected(round_idx, cohort, losses, weights)
-        protocol_bytes = [sum(x.up_bytes + x.down_bytes for x in estimates[n].exchanges)
+        protocol_bytes = [sum(x.up_bytes + x.down_bytes for x in self.messages(n, estimates[n]))
                           for n in names]
         return dict(round=round_idx, t_s=cohort.t_s, estimator=names,
                     driver=np.arange(len(names)) == 0, theta=self.theta, estimate=eta,

@@ -40,7 +40,10 @@ class Exchange:
 
     up_bytes: int
     down_bytes: int
-    kind: str  # "secagg" or "quantile_protocol" (comm.parquet's kind column)
+    kind: str  # "loss", "secagg" or "quantile_protocol" (comm.parquet's kind column)
+
+
+LOSS_REPORT = Exchange(4, 0, "loss")  # F_k(w_t) in the clear: one float32 up, nothing back
 
 
 @lru_cache(maxsize=1024)  # the same few (n, m) every round: build their exchanges once

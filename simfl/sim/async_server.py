@@ -56,6 +56,7 @@ from simfl.sim.tasks import (
     comm_rows,
     device_task,
     leave_times,
+    shadow_rows,
 )
 
 LATER = simpy.events.EventPriority(simpy.events.NORMAL + 1)  # after the normal events of an instant
@@ -335,6 +336,8 @@ class _AsyncServer:
         selection, bias = self.learner.select(losses, devices, self.version, now)
         if bias is not None:
             self.wiring.recorder.append("bias", **bias)
+        for rows in shadow_rows(self.version, devices, selection.shadow):
+            self.wiring.recorder.write(rows)
         return np.asarray(selection.keep, dtype=bool), selection.threshold
 
 

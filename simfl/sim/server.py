@@ -39,6 +39,7 @@ from simfl.scenario import ServerConfig
 from simfl.sim.tasks import (
     EVAL_COST_FRACTION,
     ClientFacts,
+    ExchangeLike,
     MessageLog,
     Outcomes,
     RoundHook,
@@ -49,16 +50,8 @@ from simfl.sim.tasks import (
     comm_rows,
     device_task,
     leave_times,
+    shadow_rows,
 )
-
-
-class ExchangeLike(Protocol):
-    @property
-    def up_bytes(self) -> int: ...
-    @property
-    def down_bytes(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
 
 
 class SelectionLike(Protocol):
@@ -68,6 +61,8 @@ class SelectionLike(Protocol):
     def threshold(self) -> float | None: ...
     @property
     def exchanges(self) -> Sequence[ExchangeLike]: ...
+    @property
+    def shadow(self) -> Sequence[tuple[str, Sequence[ExchangeLike]]]: ...
 
 
 class LearnerLike(ClientFacts, Protocol):
@@ -243,6 +238,8 @@ def _loss_reports(server: _Server, rnd: _Round, samples: np.ndarray,
     selection, bias = learner.select(rnd.loss[ready], rnd.devices[ready], rnd.index, env.now)
     if bias is not None:
         server.wiring.recorder.append("bias", **bias)
+    for rows in shadow_rows(rnd.index, rnd.devices[ready], selection.shadow):
+        server.wiring.recorder.write(rows)
     rnd.threshold = selection.threshold
     finished_protocol = yield from _protocol(server, rnd, ready, selection.exchanges, deadline)
     if not finished_protocol:

@@ -9,7 +9,7 @@ buffer, is the server's to decide.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +50,17 @@ class Wiring:
     recorder: Recorder
     streams: Streams
     health: Health
+
+
+class ExchangeLike(Protocol):
+    """One step of a threshold protocol (simfl.quantile.secagg.Exchange)."""
+
+    @property
+    def up_bytes(self) -> int: ...
+    @property
+    def down_bytes(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,26 @@ def comm_rows(round_idx: int, messages: list[Message]) -> CommRows:
         bytes=np.array([m.num_bytes for m in messages], dtype=np.int64),
         t_start_s=np.array([m.t_start_s for m in messages]),
         t_end_s=np.array([m.t_end_s for m in messages]))
+
+
+def shadow_rows(round_idx: int, devices: np.ndarray,
+                shadow: Sequence[tuple[str, Sequence[ExchangeLike]]]) -> list[CommRows]:
+    """comm.parquet rows of the shadowing estimators' protocols over ``devices`` (the
+    cohort that reported): per estimator, each exchange's upload and download per device,
+    marked with its name and untimed, as they are not sent."""
+    rows = []
+    for name, exchanges in shadow:
+        steps = [(d, b, x.kind) for x in exchanges
+                 for d, b in (("up", x.up_bytes), ("down", x.down_bytes)) if b]
+        if not steps:
+            continue
+        direction, size, kind = (np.repeat(np.array(col, dtype=object), len(devices))
+                                 for col in zip(*steps, strict=True))
+        rows.append(CommRows(round=round_idx, client_idx=np.tile(devices, len(steps)),
+                             direction=list(direction), kind=list(kind),
+                             bytes=size.astype(np.int64), t_start_s=None, t_end_s=None,
+                             shadow=name))
+    return rows
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,11 @@ from simfl.data.packed import ClientData, FederatedData
 from simfl.errors import RunFailed
 from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
+from simfl.quantile.secagg import LOSS_REPORT
 from simfl.train.evaluate import CohortEval
 from simfl.train.local import LocalWork
 from simfl.train.threshold import BiasColumns, PanelFilter
 from simfl.train.updates import UpdateStore
-
-LOSS_REPORT_BYTES = 4  # one float32
 
 
 class NonFiniteModelError(RunFailed):
@@ -66,7 +65,7 @@ class Learner:
     def loss_report_bytes(self) -> int:
         """Bytes of a device's loss report in the clear (0: it goes through a protocol)."""
         clear = self.filter is None or self.filter.panel.driver.losses_in_clear
-        return LOSS_REPORT_BYTES if clear else 0
+        return LOSS_REPORT.up_bytes if clear else 0
 
     @property
     def wants_checkins(self) -> bool:

@@ -39,5 +39,6 @@ class PanelFilter:
                                        population() if bias_round else None)
         driver = estimates[self.panel.driver.name]
         selection = Selection(keep=cohort.losses >= driver.threshold,
-                              threshold=driver.threshold, exchanges=driver.exchanges)
+                              threshold=driver.threshold, exchanges=driver.exchanges,
+                              shadow=self.panel.shadow_messages(estimates))
         return selection, bias

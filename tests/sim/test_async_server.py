@@ -33,6 +33,7 @@ from simfl.sim.health import Health, RunStalled
 from simfl.sim.network import LinkSharing
 from simfl.sim.server import LearnerLike, sync_server
 from simfl.sim.tasks import Fleet, Wiring
+from simfl.tables import sent
 from simfl.train import build_model, initial_params
 from simfl.train.learner import AsyncLearner
 from simfl.train.local import LocalWork
@@ -388,7 +389,7 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(
     # a device starts at most one task from each model version
     assert clients.select("client_idx", "model_version").is_duplicated().sum() == 0
     # every byte is a message: per server update, rounds' totals are comm's and clients' sums
-    comm = pl.read_parquet(baseline / "comm.parquet").filter(pl.col("round") < 9)
+    comm = sent(pl.read_parquet(baseline / "comm.parquet")).filter(pl.col("round") < 9)
     sums = comm.group_by("round").agg(
         pl.col("bytes").filter(pl.col("direction") == "up").sum().alias("up")).sort("round")
     rounds = pl.read_parquet(baseline / "rounds.parquet")
