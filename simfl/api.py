@@ -77,11 +77,12 @@ class Run:
     devices = property(lambda self: self.table("devices"))
     availability = property(lambda self: self.table("availability"))
 
-    def tail_vs_bytes(self) -> pl.DataFrame:
-        """Per evaluation: the test devices' mean and 90th-percentile error (columns round,
-        split, t_s, num_devices, mean, p90) and ``bytes_cum``, the bytes down + up of the
-        rounds completed before it (docs/design.md §8, "Joining the tables")."""
-        return tail_vs_bytes(self.eval, self.rounds)
+    def tail_vs_bytes(self, split: str = "test") -> pl.DataFrame:
+        """Per evaluation: the ``split`` (test or train) devices' mean and 90th-percentile
+        error (columns round, split, t_s, num_devices, mean, p90) and ``bytes_cum``, the
+        bytes down + up of the rounds completed before it (docs/design.md §8, "Joining the
+        tables")."""
+        return tail_vs_bytes(self.eval, self.rounds, split)
 
     def plot(self) -> list[Path]:
         """Draw the run's figures into its plots/ folder; return their paths."""

@@ -68,6 +68,10 @@ def _plot_parser() -> argparse.ArgumentParser:
                         help="also overlay the runs' tail error vs communication in this file")
     parser.add_argument("--compare-time", type=_output_path, metavar="FILE",
                         help="also overlay the runs' tail error vs simulated time (sync vs async)")
+    parser.add_argument("--split", choices=("test", "train"), default="test",
+                        help="the devices whose 90th-percentile error --compare and "
+                             "--compare-time draw: unseen test devices (default) or the "
+                             "training devices")
     parser.add_argument("--format", choices=FIGURE_FORMATS, default=None,
                         help="figure format (default png, or the --compare file's suffix); a "
                              "run's figures are redrawn in RUN_DIR/plots/")
@@ -442,9 +446,9 @@ def _plot(args: argparse.Namespace) -> int:
         for path in [*plot_run(run_dir, fmt=fmt), *plot_run_bias(run_dir, fmt)]:
             _say(path)
     if args.compare:
-        _say(compare_runs(args.run_dirs, args.compare))
+        _say(compare_runs(args.run_dirs, args.compare, args.split))
     if args.compare_time:
-        _say(compare_runs_vs_time(args.run_dirs, args.compare_time))
+        _say(compare_runs_vs_time(args.run_dirs, args.compare_time, args.split))
     if args.level is not None:
         for run_dir in args.run_dirs:
             hit = reach_level(run_dir, args.level)

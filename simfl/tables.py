@@ -60,7 +60,8 @@ def cumulative_bytes(rounds_df: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([start, done])
 
 
-def tail_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> pl.DataFrame:
-    """Test-split summary per eval round joined with cumulative bytes (null when unknown)."""
-    test = error_by_round(eval_df).filter(pl.col("split") == "test")
+def tail_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame,
+                  split: str = "test") -> pl.DataFrame:
+    """``split``'s summary per eval round joined with cumulative bytes (null when unknown)."""
+    test = error_by_round(eval_df).filter(pl.col("split") == split)
     return test.join(cumulative_bytes(rounds_df), on="round", how="left").sort("round")

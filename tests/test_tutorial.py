@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
+
+import simfl
+
 TUTORIAL = Path(__file__).parents[1] / "docs" / "tutorial.md"
 
 
@@ -29,3 +33,21 @@ def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
     assert (results / "compare.png").stat().st_size > 0
     assert (results / "my_study" / "plots" / "threshold_estimates.png").is_file()
     assert (results / "my_sweep" / "bias.parquet").is_file()
+    assert (results / "compare_train.png").stat().st_size > 0
+    check_what_the_figures_show(results)
+
+
+def check_what_the_figures_show(results: Path) -> None:
+    """Section 4's reading of its runs: rounds over two simulated days reach every training
+    device, the unseen devices' p90 stays near 1 for both rules and the training devices
+    err far less than unseen ones."""
+    for name in ("my_study", "my_study_fedavg"):
+        run = simfl.open_run(results / name)
+        assert run.rounds["t_end_s"].max() > 1.9 * 86400
+        assert run.clients["client_idx"].n_unique() == 30
+        online = run.availability["num_online"]
+        assert online.min() == 0 and online.max() >= 6
+        final = run.eval.filter(pl.col("round") == 96)
+        test, train = (final.filter(pl.col("split") == s)["error"] for s in ("test", "train"))
+        assert test.quantile(0.9, "linear") >= 0.9
+        assert train.mean() < test.mean() - 0.3

@@ -28,6 +28,7 @@ from simfl.tables import error_by_round, tail_vs_bytes
 
 SECONDS_PER_HOUR = 3600.0
 P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
+SPLIT_NAMES = {"test": "test", "train": "training-device"}  # eval.parquet's splits
 _THETA_AGGREGATORS = frozenset({"deltafl"})  # aggregators whose label shows theta
 
 
@@ -426,14 +427,15 @@ def skip_lines(what: str, order: tuple[str, ...], skipped: dict[str, str],
     return lines
 
 
-def compare_runs(run_dirs: list[Path], out: Path) -> Path:
-    """Overlay test p90 error vs cumulative bytes for several runs; write the PNG at out."""
+def compare_runs(run_dirs: list[Path], out: Path, split: str = "test") -> Path:
+    """Overlay the p90 error of ``split``'s devices (test: unseen; train: those trained on)
+    vs cumulative bytes for several runs; write the figure at out."""
     tables, labels = [], []
     for run_dir in map(Path, run_dirs):
         ev, rounds = _read_table(run_dir, "eval"), _read_table(run_dir, "rounds")
         if ev is None or rounds is None:
             raise InputError(f"{run_dir}: needs non-empty eval.parquet and rounds.parquet")
-        tables.append(tail_vs_bytes(ev, rounds))
+        tables.append(tail_vs_bytes(ev, rounds, split))
         labels.append(run_label(run_dir))
     labels = _distinct(labels, run_dirs)
     divisor, unit = byte_unit(max((_max_bytes(t) for t in tables), default=0.0))
@@ -441,21 +443,22 @@ def compare_runs(run_dirs: list[Path], out: Path) -> Path:
     for table, label in zip(tables, labels, strict=True):
         _plot_tail_vs_bytes(ax, table, divisor, label)
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
-           ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
+           ylabel=f"{SPLIT_NAMES[split]} error, {P90_LABEL}", title="Communication vs tail error")
     ax.legend(title="run")
     return save_figure(fig, out)
 
 
-def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
-    """Overlay test p90 error vs simulated time for several runs (e.g. sync vs async), on a
-    log time axis (an async run may take minutes where sync rounds take days); each run is
-    labelled with its aggregator and server mode (and folder, where those coincide)."""
+def compare_runs_vs_time(run_dirs: list[Path], out: Path, split: str = "test") -> Path:
+    """Overlay ``split``'s p90 error vs simulated time for several runs (e.g. sync vs
+    async), on a log time axis (an async run may take minutes where sync rounds take
+    days); each run is labelled with its aggregator and server mode (and folder, where
+    those coincide)."""
     curves, labels = [], []
     for run_dir in map(Path, run_dirs):
         ev = _read_table(run_dir, "eval")
         if ev is None:
             raise InputError(f"{run_dir}: needs a non-empty eval.parquet")
-        test = error_by_round(ev).filter((pl.col("split") == "test") & (pl.col("t_s") > 0))
+        test = error_by_round(ev).filter((pl.col("split") == split) & (pl.col("t_s") > 0))
         curves.append(test)
         labels.append(f"{run_label(run_dir)}, {_server_mode(run_dir)}")
     labels = _distinct(labels, run_dirs)
@@ -464,7 +467,8 @@ def compare_runs_vs_time(run_dirs: list[Path], out: Path) -> Path:
         ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".",
                 ms=4, label=label)
     ax.set_xscale("log")
-    ax.set(xlabel="simulated time (h, log scale)", ylabel=f"test error, {P90_LABEL}",
+    ax.set(xlabel="simulated time (h, log scale)",
+           ylabel=f"{SPLIT_NAMES[split]} error, {P90_LABEL}",
            title="Tail error vs simulated time")
     ax.legend(title="run", fontsize="small")
     return save_figure(fig, out)
