@@ -49,7 +49,7 @@ def per_run(sweep_dir: Path) -> pl.DataFrame:
         aggregated=pl.col("num_aggregated").mean())
     secure = pl.DataFrame([  # comm.parquet is not collected: read each run's own
         {"run_id": run_id, "secure_gb": sent(pl.read_parquet(comm_file(sweep_dir / run_id)))
-         .filter(pl.col("kind").is_in(SECURE_KINDS))["bytes"].sum() / 1e9}
+         .filter(pl.col("kind").is_in(SECURE_KINDS))["bytes"].cast(pl.Float64).sum() / 1e9}
         for run_id in rounds["run_id"]])
     return (rounds.join(errors, on="run_id").join(secure, on="run_id", how="left")
             .with_columns(pl.col("secure_gb").fill_null(0.0)).sort("variant", "seed"))
