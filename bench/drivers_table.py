@@ -35,6 +35,13 @@ def comm_file(run_dir: Path) -> Path:
     return whole if whole.is_file() else run_dir / "comm_by_round.parquet"
 
 
+def secure_bytes(run_dir: Path) -> int:
+    """Bytes a run sent for its threshold protocol's secure sums and broadcasts."""
+    comm = sent(pl.read_parquet(comm_file(run_dir)))
+    secure = comm.filter(pl.col("kind").is_in(SECURE_KINDS))
+    return int(secure.select(pl.col("bytes").sum()).item() or 0)
+
+
 def per_run(sweep_dir: Path) -> pl.DataFrame:
     """One row per run: variant, seed, final test mean / p90 error, GB in all and in the
     threshold protocol, mean round duration (s), updates aggregated per round."""
@@ -48,8 +55,7 @@ def per_run(sweep_dir: Path) -> pl.DataFrame:
         round_s=(pl.col("t_end_s") - pl.col("t_start_s")).mean(),
         aggregated=pl.col("num_aggregated").mean())
     secure = pl.DataFrame([  # comm.parquet is not collected: read each run's own
-        {"run_id": run_id, "secure_gb": sent(pl.read_parquet(comm_file(sweep_dir / run_id)))
-         .filter(pl.col("kind").is_in(SECURE_KINDS))["bytes"].cast(pl.Float64).sum() / 1e9}
+        {"run_id": run_id, "secure_gb": secure_bytes(sweep_dir / run_id) / 1e9}
         for run_id in rounds["run_id"]])
     return (rounds.join(errors, on="run_id").join(secure, on="run_id", how="left")
             .with_columns(pl.col("secure_gb").fill_null(0.0)).sort("variant", "seed"))
