@@ -66,7 +66,8 @@ LOCK_FILE = "lock"
 JOURNAL_DIR = "journal"
 CHECKPOINT_LAYOUT: Layout = {STATE_FILE: FILE, LOCK_FILE: FILE,  # what simfl writes there
                              JOURNAL_DIR: {r"\d{6}\.pkl": FILE}}
-FORMAT = 2  # 2: the learner split into parts (its state and the journal of `select` changed)
+# 3: the learner's state as plain data under named keys (Learner.state_dict), no object graph
+FORMAT = 3
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
 # write a checkpoint there) before the run stops from its last checkpoint instead.
@@ -142,8 +143,6 @@ class JournaledLearner(AsyncLearner):
     while its journal replays, gives them back without computing anything (the server
     cannot tell)."""
 
-    WIRING = AsyncLearner.WIRING | {"journal"}
-
     def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
         super().__init__(work, params, aggregator)
         self.journal = Journal()
@@ -185,16 +184,6 @@ class JournaledLearner(AsyncLearner):
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None:
         if self.journal.live:
             super().aggregate(client_idx, losses)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The state that rounds change: global parameters, aggregator and estimator state,
-        and any attribute added later (everything but ``WIRING``), for checkpoints."""
-        return {name: value for name, value in vars(self).items() if name not in self.WIRING}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (from :meth:`state_dict` of a learner of the same run)."""
-        for name, value in state.items():
-            setattr(self, name, value)
 
     def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
         if self.journal.live:

@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -38,6 +39,8 @@ from simfl.cli import main
 from simfl.data import FederatedData, load_data
 from simfl.plots.runs import plot_run
 from simfl.plots.study import plot_run_bias
+from simfl.quantile.estimators import Cohort
+from simfl.quantile.panel import EstimatorPanel
 from simfl.records import PARTS_DIR, RUN_PLOTS, TableWriter, read_table
 from simfl.rng import Streams
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
@@ -689,20 +692,71 @@ def test_every_server_question_has_a_replay_rule() -> None:
     assert sorted(members) == sorted(n for rule in rules for n in rule)
 
 
-def test_learner_state_is_every_attribute_but_the_wiring() -> None:
-    parts = simfl.run._build(from_dict({"data": {"synthetic": {"num_clients": 8}},
-                                        "aggregator": {"name": "afl"}}))
-    learner = parts.learner
-    assert set(vars(learner)) >= checkpoint.JournaledLearner.WIRING  # no stale names in it
+def _leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(key)
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+DELTA_FL = {"data": {"synthetic": {"num_clients": 12}},
+            "aggregator": {"name": "deltafl", "theta": 0.5},
+            "estimator": {"name": "tracking", "shadow": ["ipw", "ipw_days"]}}
+
+
+def _delta_fl_learner(seed: int = 0) -> Learner:
+    """A run's learner with its estimator panel wired, as simfl.run wires it."""
+    scenario = from_dict({**DELTA_FL, "seed": seed})
+    learner = simfl.run._build(scenario).learner
+    num_train = learner.data.train.num_clients  # 6 of the 12
+    learner.use_estimators(EstimatorPanel(scenario.estimator, 0.5, num_train, Streams(seed)), 0)
+    return learner
+
+
+def test_learner_state_is_plain_data_under_named_keys() -> None:
+    """A checkpoint holds no object of simfl's: renaming a class or a private attribute
+    cannot change what it stores or stop it loading."""
+    learner = _delta_fl_learner()
+    learner.observe_online(0.0, np.arange(4))
+    learner.observe_online(600.0, np.arange(2, 6))
+    learner.select(np.linspace(0.5, 2.0, 4), np.arange(2, 6), 1, 600.0)
     state = learner.state_dict()
-    assert set(state) == set(vars(learner)) - checkpoint.JournaledLearner.WIRING
-    assert set(state) == {"params", "version", "kept", "updates", "aggregator_state", "filter"}
-    learner.later_state = np.arange(3)  # a field added by a future rule is checkpointed too
-    state = learner.state_dict()
-    other = simfl.run._build(from_dict({"data": {"synthetic": {"num_clients": 8}},
-                                        "aggregator": {"name": "afl"}, "seed": 1})).learner
+    assert set(state) == {"params", "version", "aggregator_state", "updates", "estimators",
+                          "kept"}
+    assert set(state["estimators"]) == {"checkins", "checkins_days", "online", "estimators"}
+    plain = (str, int, float, bool, type(None), np.ndarray, np.generic, torch.Tensor)
+    assert all(isinstance(leaf, plain) for leaf in _leaves(state))
+    assert b"simfl" not in pickle.dumps(state)
+
+
+def test_learner_state_round_trips() -> None:
+    learner = _delta_fl_learner()
+    for t in range(0, 4 * 3600, 1200):  # rounds over four UTC hours: check-ins counted
+        learner.observe_online(float(t), np.arange(t // 1200 % 3, 6, 2))
+        learner.select(np.linspace(0.5, 2.0, 4), np.arange(4), t // 1200, float(t))
+    other = _delta_fl_learner(seed=1)
     assert not torch.equal(other.params, learner.params)
-    other.load_state_dict(state)
+    other.load_state_dict(learner.state_dict())
     assert torch.equal(other.params, learner.params)
+    panels = [x.filter.panel for x in (learner, other) if x.filter is not None]
+    assert panels[0].driver.eta == panels[1].driver.eta != 1.0  # tracking moved
+    for records in ("checkins", "checkins_days"):
+        a, b = (getattr(p, records) for p in panels)
+        np.testing.assert_array_equal(a.seen, b.seen)
+        np.testing.assert_array_equal(a.rounds, b.rounds)
+    assert panels[0].checkins.rounds.sum() > 0
+    ipw = [next(e for e in p.estimators if e.name == "ipw") for p in panels]
+    cohort = Cohort(np.linspace(0.5, 2.0, 5), np.ones(5), np.arange(5), 4 * 3600.0)
+    assert (ipw[0].estimate(cohort, 0.5, np.random.default_rng(0)).threshold
+            == ipw[1].estimate(cohort, 0.5, np.random.default_rng(0)).threshold)
+    afl = {"data": {"synthetic": {"num_clients": 8}}, "aggregator": {"name": "afl"}}
+    learner = simfl.run._build(from_dict(afl)).learner
+    learner.aggregator_state = learner.aggregator_state * 0.5 + 0.25
+    other = simfl.run._build(from_dict({**afl, "seed": 1})).learner
+    other.load_state_dict(learner.state_dict())
     np.testing.assert_array_equal(other.aggregator_state, learner.aggregator_state)
-    np.testing.assert_array_equal(other.later_state, [0, 1, 2])

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -261,6 +261,12 @@ class Tracking:
     def __post_init__(self) -> None:
         self.eta = self.initial
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"eta": self.eta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.eta = float(state["eta"])
+
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
         x, alpha = cohort.losses, cohort.weights
         used = self.eta
@@ -323,6 +329,16 @@ class CheckIns:
         if self.pending is not None:
             self._count(*self.pending)
         self.pending = this_round
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counts and the rounds not yet counted, for checkpoints."""
+        return {"seen": self.seen, "rounds": self.rounds, "pending": self.pending,
+                "held": list(self.held), "held_day": self.held_day}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seen, self.rounds = state["seen"], state["rounds"]
+        self.pending = None if state["pending"] is None else tuple(state["pending"])
+        self.held, self.held_day = tuple(map(tuple, state["held"])), int(state["held_day"])
 
     def _count(self, h: int, online: np.ndarray) -> None:
         self.rounds[h] += 1

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -147,10 +148,6 @@ def _estimator(name: str, ctx: EstimatorContext) -> Estimator:
 class EstimatorPanel:
     """Runs every configured estimator on each cohort; holds their state over rounds."""
 
-    # The check-ins of ``ipw_days`` (earlier UTC days only) when it is configured (a class
-    # default, so that a checkpoint from before it existed still loads).
-    checkins_days: CheckIns | None = None
-
     def __init__(self, cfg: EstimatorConfig, theta: float, num_devices: int,
                  streams: Streams, strata: np.ndarray | None = None,
                  known_rates: OnlineRates | None = None) -> None:
@@ -160,8 +157,9 @@ class EstimatorPanel:
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
         self.checkins = CheckIns(num_devices, cfg.ipw.prior)
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
-        if {"ipw_days", "poststrat_history"} & set(names):  # an (N, 24) record: when used
-            self.checkins_days = CheckIns(num_devices, cfg.ipw.prior, earlier_days=True)
+        # the check-ins of earlier UTC days only, an (N, 24) record: when an estimator uses it
+        self.checkins_days = (CheckIns(num_devices, cfg.ipw.prior, earlier_days=True)
+                              if {"ipw_days", "poststrat_history"} & set(names) else None)
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
         ctx = EstimatorContext(cfg, num_devices, self.checkins, self.checkins_days,
@@ -174,6 +172,28 @@ class EstimatorPanel:
                                           for n in names))  # a plug-in may read them
         self.online = np.arange(num_devices)  # devices online when the last round opened
         self.before: list[Estimator] = self.estimators  # their state before this round
+
+    def state_dict(self) -> dict[str, Any]:
+        """What rounds change, as plain data, for checkpoints: the check-in records, the
+        devices online when the last round opened, and the state of every estimator that
+        has one (``state_dict`` / ``load_state_dict``, as ``tracking``; an estimator
+        without them is stateless)."""
+        return {"checkins": self.checkins.state_dict(),
+                "checkins_days": (None if self.checkins_days is None
+                                  else self.checkins_days.state_dict()),
+                "online": self.online,
+                "estimators": {e.name: e.state_dict() for e in self.estimators
+                               if hasattr(e, "state_dict")}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``, in place: the estimators keep their check-in records."""
+        self.checkins.load_state_dict(state["checkins"])
+        if self.checkins_days is not None:
+            self.checkins_days.load_state_dict(state["checkins_days"])
+        self.online = state["online"]
+        for e in self.estimators:
+            if hasattr(e, "load_state_dict"):
+                e.load_state_dict(state["estimators"][e.name])
 
     @property
     def driver(self) -> Estimator:

@@ -12,6 +12,8 @@ out, so ``simfl/sim`` never touches torch. What devices compute is
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -32,10 +34,6 @@ class NonFiniteModelError(RunFailed):
 
 
 class Learner:
-    # What a run wires in; every other attribute is state that rounds change and goes into
-    # checkpoints (simfl.checkpoint.JournaledLearner.state_dict).
-    WIRING = frozenset({"work", "aggregator"})
-
     def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
         self.work, self.params, self.aggregator = work, params, aggregator
         self.version = 0  # model version: aggregations so far (sync: the round)
@@ -145,6 +143,24 @@ class Learner:
                 raise NonFiniteModelError(nonfinite)
         self.version += 1
 
+    def state_dict(self) -> dict[str, Any]:
+        """What rounds change, as plain data (tensors, arrays, numbers, containers), for
+        checkpoints: the global model and its version, the rule's state, the trained
+        updates waiting, and the estimators' state (Δ-FL). Keys are named here, not taken
+        from attribute names, so renaming an attribute cannot change a checkpoint."""
+        return {"params": self.params, "version": self.version,
+                "aggregator_state": self.aggregator_state,
+                "updates": self.updates.state_dict(),
+                "estimators": None if self.filter is None else self.filter.panel.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (:meth:`state_dict` of a learner of the same run)."""
+        self.params, self.version = state["params"], state["version"]
+        self.aggregator_state = state["aggregator_state"]
+        self.updates.load_state_dict(state["updates"])
+        if self.filter is not None:
+            self.filter.panel.load_state_dict(state["estimators"])
+
     def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
         """Loss and error of the global model on every training and every test device."""
         return {split: (clients, self.work.evaluate(self.params, clients))
@@ -194,4 +210,12 @@ class AsyncLearner(Learner):
     def forget(self, version: int) -> None:
         """No task in flight will train from the old model ``version`` any more."""
         self.kept.pop(version, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`Learner.state_dict`, and the old models tasks still train from."""
+        return {**super().state_dict(), "kept": dict(self.kept)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.kept = dict(state["kept"])
 

@@ -8,6 +8,7 @@ tasks train from older versions and wait in the buffer. One store serves both.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +35,13 @@ class UpdateStore:
         """Forget updates that will not be aggregated (filtered, stale, dropped)."""
         for v, k in zip(versions, client_idx, strict=True):
             self._deltas.pop((int(v), int(k)), None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The updates waiting, {(version, client): (P,) delta}, for checkpoints."""
+        return {"deltas": dict(self._deltas)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._deltas = dict(state["deltas"])
 
     def discard_version(self, version: int) -> None:
         """Forget every update trained from ``version`` (a sync round's late ones)."""
