@@ -6,7 +6,7 @@ Diurnal availability (default profile, 3 regions, 1 h sessions), phone speeds fr
 the benchmark files when $SIMFL_DATA_DIR is set, default network. The real server
 (simfl.sim.server.sync_server) runs a round every 10 simulated minutes: it picks
 100 devices uniformly among those online and idle, each downloads a ConvNet-sized
-model, trains (its compute time) and uploads through simfl.sim.network, with a
+model, trains (its compute time) and uploads through simfl.sim.links, with a
 10-minute deadline; the numerics are a no-op learner and the Parquet rows are
 buffered and written as in a run. Each N runs in a fresh subprocess so that its
 peak resident memory (VmHWM) is its own.
@@ -42,7 +42,7 @@ from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import AvailabilityConfig, PopulationConfig, ServerConfig
 from simfl.sim.health import Health
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 from simfl.sim.server import sync_server
 from simfl.sim.tasks import Fleet, Wiring
 

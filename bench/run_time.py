@@ -45,7 +45,7 @@ NEIGHBOUR = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\
              "while True:\n    a @ a\n")
 PARTS = {  # (file suffix, function name) -> label
     ("data/__init__.py", "load_data"): "data",
-    ("train/cohort.py", "train_cohort"): "training",
+    ("train/batched.py", "train_cohort"): "training",
     ("train/learner.py", "report_losses"): "loss reports",
     ("train/learner.py", "select"): "selection + bias oracle",
     ("train/learner.py", "evaluate"): "evaluation",

@@ -31,7 +31,7 @@ from simfl.data import load_data
 from simfl.data.packed import ClientData
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
-from simfl.train.cohort import TrainHParams, choose_backend, train_cohort
+from simfl.train.batched import TrainHParams, choose_backend, train_cohort
 from simfl.train.models import build_model, initial_params
 
 MODELS = {"linear": (32, 1.0), "convnet": (16, 0.32)}

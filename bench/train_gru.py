@@ -26,7 +26,7 @@ from simfl.data import load_data
 from simfl.data.packed import ClientData
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
-from simfl.train.cohort import TrainHParams, train_cohort
+from simfl.train.batched import TrainHParams, train_cohort
 from simfl.train.models import build_model, initial_params
 
 

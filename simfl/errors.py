@@ -1,4 +1,4 @@
-"""The two exception types the command line turns into a one-line message.
+"""The exception types the command line turns into a one-line message.
 
 :class:`InputError`: bad input (scenario, data files, run directory, output paths),
 found before any work is done and before anything is written: exit status 2.

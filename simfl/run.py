@@ -76,13 +76,13 @@ from simfl.scenario import (
 )
 from simfl.sim.async_server import async_server
 from simfl.sim.health import Health, RunStalled
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 from simfl.sim.server import sync_server
 from simfl.sim.tasks import Fleet, Wiring
 from simfl.train import build_model, initial_params
 from simfl.train.local import LocalWork
 
-MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.cohort)
+MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.batched)
 MAX_AVAILABILITY_HOURS = 1_000_000  # availability.parquet: at most this many rows a region
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
 

@@ -3,7 +3,7 @@
 Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in
 Heterogeneous Networks", MLSys 2020 (Algorithm 2). Device k approximately
 minimises h_k(w; w_t) = F_k(w) + μ/2 ‖w − w_t‖² from w_t (local SGD here,
-simfl.train.cohort), and the server averages the local models with weights α_k,
+simfl.train.batched), and the server averages the local models with weights α_k,
 as FedAvg does. μ = 0 is FedAvg exactly.
 """
 

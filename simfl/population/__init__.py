@@ -2,7 +2,7 @@
 
 Built once per run from ``Scenario.population`` with seeded streams (docs/design.md §3);
 numpy and networkx only, no SimPy and no torch. The SimPy side of the network is
-simfl.sim.network.
+simfl.sim.links.
 """
 
 from simfl.population.availability import (

@@ -5,7 +5,7 @@ uplink and downlink of a physical link are separate (full duplex). A device's ow
 access link has the bandwidth drawn for it; the shared links (region <-> backbone,
 backbone <-> server) have the configured capacities. A transfer's latency is the sum
 along its path; its rate is limited by every link it crosses, shared max-min fairly
-with the transfers crossing the same links at the same time (simfl.sim.network).
+with the transfers crossing the same links at the same time (simfl.sim.links).
 
 Default access-link distributions (NetworkConfig): lognormal with medians at the
 global mobile figures of the Ookla Speedtest Global Index (September 2020: download

@@ -351,14 +351,16 @@ def _record_tasks(wiring: Wiring, learner: AsyncLearnerLike, tasks: list[_Task],
         # the loss goes up with the update: a task dropped on the way reported none
         reported = np.array([t.trained and t.status != "dropped" for t in tasks], dtype=bool)
         wiring.recorder.write(client_rows(r, Outcomes(
-            np.array([t.device for t in tasks], dtype=np.int64), [t.status for t in tasks],
-            np.array([t.loss for t in tasks]), reported & learner.needs_losses,
-            np.array([t.train_loss for t in tasks]), ~untrained,
-            np.array([t.log.bytes("down") for t in tasks], dtype=np.int64),
-            np.array([t.log.bytes("up") for t in tasks], dtype=np.int64),
-            np.array([t.t_dispatch_s for t in tasks]), np.array([t.t_done_s for t in tasks]),
-            np.array([t.staleness for t in tasks], dtype=np.int64),
-            np.array([t.version for t in tasks], dtype=np.int64)), learner))
+            devices=np.array([t.device for t in tasks], dtype=np.int64),
+            status=[t.status for t in tasks], loss=np.array([t.loss for t in tasks]),
+            reported=reported & learner.needs_losses,
+            train_loss=np.array([t.train_loss for t in tasks]), trained=~untrained,
+            bytes_down=np.array([t.log.bytes("down") for t in tasks], dtype=np.int64),
+            bytes_up=np.array([t.log.bytes("up") for t in tasks], dtype=np.int64),
+            t_dispatch_s=np.array([t.t_dispatch_s for t in tasks]),
+            t_done_s=np.array([t.t_done_s for t in tasks]),
+            staleness=np.array([t.staleness for t in tasks], dtype=np.int64),
+            model_version=np.array([t.version for t in tasks], dtype=np.int64)), learner))
     return tasks
 
 

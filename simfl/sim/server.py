@@ -7,7 +7,7 @@ imports torch. A round:
 1. waits until at least ``min_online`` devices are online (the wait counts in the
    round's duration), then selects
    ``clients_per_round × (1 + over_selection)`` of the devices online now and idle;
-2. each downloads the model over its network path (simfl.sim.network); if the
+2. each downloads the model over its network path (simfl.sim.links); if the
    rule needs losses, computes F_k(w_t) on its data and uploads it;
 3. once every report is in (or the deadline passed) the server filters, and the
    kept devices train (their compute time) and upload their update;
@@ -104,7 +104,7 @@ class _Server:
     busy: np.ndarray  # (N,) bool
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Round:
     """What happened to each selected device of one round, filled in as events arrive."""
 
@@ -181,10 +181,11 @@ def _select(server: _Server, r: int) -> _Round:
         server.learner.selection_weights()))
     gone_at = leave_times(fleet, devices, now, streams.numpy("failure", r))
     k = len(devices)
-    return _Round(r, now, fleet.availability.num_online(now), devices, gone_at,
-                  MessageLog(wiring.env, wiring.net), np.full(k, "", dtype=object),
-                  np.full(k, np.nan), np.full(k, np.nan), np.full(k, math.nan),
-                  np.zeros(k, dtype=bool), np.zeros(k, dtype=bool))
+    return _Round(index=r, t_select_s=now, num_online=fleet.availability.num_online(now),
+                  devices=devices, gone_at_s=gone_at, log=MessageLog(wiring.env, wiring.net),
+                  status=np.full(k, "", dtype=object), loss=np.full(k, np.nan),
+                  train_loss=np.full(k, np.nan), t_done_s=np.full(k, math.nan),
+                  reported=np.zeros(k, dtype=bool), trained=np.zeros(k, dtype=bool))
 
 
 def _run_round(server: _Server, rnd: _Round) -> Generator[simpy.Event, Any, None]:
@@ -309,8 +310,10 @@ def _record(server: _Server, rnd: _Round) -> None:
         recorder.write(comm_rows(rnd.index, msg))
     if k:
         recorder.write(client_rows(rnd.index, Outcomes(
-            rnd.devices, rnd.status.astype(str), rnd.loss, rnd.reported, rnd.train_loss,
-            rnd.trained, down, up, rnd.t_select_s, rnd.t_done_s, 0, rnd.index), learner))
+            devices=rnd.devices, status=rnd.status.astype(str), loss=rnd.loss,
+            reported=rnd.reported, train_loss=rnd.train_loss, trained=rnd.trained,
+            bytes_down=down, bytes_up=up, t_dispatch_s=rnd.t_select_s, t_done_s=rnd.t_done_s,
+            staleness=0, model_version=rnd.index), learner))
     recorder.write(RoundRow(
         round=rnd.index, t_start_s=rnd.t_start_s, t_end_s=rnd.t_end_s,
         num_online=rnd.num_online, num_selected=k, num_kept=rnd.num_kept,

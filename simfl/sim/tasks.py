@@ -2,7 +2,7 @@
 messages they log, when a device leaves, waiting for devices, and the clients rows.
 
 A device task is one SimPy process: download, compute, upload (each skipped when
-empty), every transfer over the shared links (simfl.sim.network) and logged as a
+empty), every transfer over the shared links (simfl.sim.links) and logged as a
 message. Whether it finished in time, and what that means for the round or the
 buffer, is the server's to decide.
 """
@@ -22,7 +22,7 @@ from simfl.records import ClientRows, CommRows, Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
 from simfl.sim.health import Health, RunStalled
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 
 EVAL_COST_FRACTION = 1 / 3  # a forward pass costs about a third of a training step
 
@@ -142,7 +142,7 @@ def shadow_rows(round_idx: int, devices: np.ndarray,
     return rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # 12 columns: named at every call
 class Outcomes:
     """What became of K device tasks, (K,) each: the columns of their clients rows that
     the server knows (the learner adds the clients' ids and sizes)."""

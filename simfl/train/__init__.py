@@ -1,6 +1,6 @@
 """Numerics (torch only, never SimPy): models, local training, evaluation."""
 
-from simfl.train.cohort import CohortResult, TrainHParams, train_cohort
+from simfl.train.batched import CohortResult, TrainHParams, train_cohort
 from simfl.train.evaluate import CohortEval, evaluate_cohort
 from simfl.train.models import ParamLayout, build_model, initial_params
 

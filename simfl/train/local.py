@@ -18,7 +18,7 @@ from torch import nn
 from simfl.data.packed import ClientData, FederatedData
 from simfl.rng import Streams
 from simfl.scenario import TrainConfig
-from simfl.train.cohort import TrainHParams, train_cohort
+from simfl.train.batched import TrainHParams, train_cohort
 from simfl.train.evaluate import CohortEval, evaluate_cohort
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from simfl.scenario import (
 )
 from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
 from simfl.sim.health import Health, RunStalled
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 from simfl.sim.server import LearnerLike, sync_server
 from simfl.sim.tasks import Fleet, Wiring
 from simfl.tables import sent

@@ -18,7 +18,7 @@ from simfl.records import Recorder
 from simfl.rng import Streams
 from simfl.scenario import ServerConfig
 from simfl.sim.health import Health
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 from simfl.sim.server import sync_server
 from simfl.sim.tasks import Fleet, Wiring
 

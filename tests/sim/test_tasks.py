@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import simpy
 
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 from simfl.sim.tasks import Message, MessageLog, TaskPlan, comm_rows, device_task
 from tests.sim.test_server import paths
 

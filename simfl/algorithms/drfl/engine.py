@@ -5,7 +5,7 @@ an iteration lasts until the slowest device has downloaded the broadcast, solved
 subproblem and uploaded its reply; a device that is offline is waited for until its next
 online interval, and one that goes offline before its upload arrives loses that attempt
 and starts again when it is back (docs/design.md §3: a device that goes offline mid-task loses
-its work). Transfers share the network through simfl.sim.network.LinkSharing.
+its work). Transfers share the network through simfl.sim.links.LinkSharing.
 
 The numerics do not depend on the timing (all clients always answer), so the schedule is
 simulated on its own and joined to the ADMM's per-iteration records by iteration.
@@ -28,7 +28,7 @@ from simfl.population.availability import Availability
 from simfl.population.build import Population, build_population
 from simfl.rng import Streams
 from simfl.scenario import PopulationConfig
-from simfl.sim.network import LinkSharing
+from simfl.sim.links import LinkSharing
 
 BYTES_PER_NUMBER = 8  # the ADMM exchanges float64 vectors
 

@@ -12,7 +12,7 @@ from simfl.population.devices import build_devices
 from simfl.population.network import NetworkPaths, build_topology, network_paths
 from simfl.rng import Streams
 from simfl.scenario import NetworkConfig, PopulationConfig, Region
-from simfl.sim.network import LinkSharing, max_min_rates
+from simfl.sim.links import LinkSharing, max_min_rates
 
 
 def make_paths(caps_up: list[float], region_of: list[int], link_capacity: list[float],

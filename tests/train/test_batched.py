@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from simfl.data.packed import ClientData
-from simfl.train.cohort import (
+from simfl.train.batched import (
     CPU_CONV_CHUNK,
     TrainHParams,
     choose_backend,
