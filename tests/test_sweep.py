@@ -145,8 +145,8 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
         summary = pl.read_parquet(kept_run.run_dir / "eval_rounds.parquet")
         assert summary.equals(error_by_round(pl.read_parquet(run.run_dir / "eval.parquet")))
         assert summary["round"].n_unique() > 1
-        # every message's bytes, summed by round, direction and kind
-        comm = pl.read_parquet(run.run_dir / "comm.parquet")
+        # every sent message's bytes, summed by round, direction and kind
+        comm = sent(pl.read_parquet(run.run_dir / "comm.parquet"))
         summed = pl.read_parquet(kept_run.run_dir / "comm_by_round.parquet")
         assert summed["messages"].sum() == comm.height
         for kind in set(comm["kind"]):
