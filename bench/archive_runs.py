@@ -49,8 +49,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from simfl.errors import InputError
-from simfl.records import FILE, Layout, foreign_entry, manifest_or_empty
-from simfl.run import is_run_manifest
+from simfl.rundir import FILE, MANIFEST, Layout, foreign_entry, is_run_manifest, manifest_or_empty
 from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
 from simfl.tables import error_by_round, sent
 from simfl.tune import BEGINS, load_tuning, written_by_tune
@@ -60,7 +59,7 @@ SUMMARY_KEYS = ("mean", "p90")
 WHOLE = ("rounds", "bias", "devices")
 TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE)  # what a run's archive holds
 ARCHIVE_LAYOUT: Layout = {re.escape(name): FILE for name in
-                          ("manifest.json", *(f"{t}.parquet" for t in TABLES))}
+                          (MANIFEST, *(f"{t}.parquet" for t in TABLES))}
 
 
 class Archived(NamedTuple):
@@ -132,10 +131,10 @@ def plan_archive(sweep_path: str, to: Path, results: Path = Path("results")) -> 
         if not is_complete(run.run_dir):
             continue
         complete += 1
-        manifest = json.loads((run.run_dir / "manifest.json").read_text())
+        manifest = json.loads((run.run_dir / MANIFEST).read_text())
         dest = to / sweep.name / run.run_id
         text = json.dumps(manifest, indent=2) + "\n"
-        old = dest / "manifest.json"
+        old = dest / MANIFEST
         if (old.is_file() and old.read_bytes() == text.encode()  # this very run, archived
                 and (dest / "eval_rounds.parquet").is_file()):  # before: left as it is
             continue
@@ -170,8 +169,8 @@ def archive(plan: Plan, whole_eval: bool = False) -> None:
         for table, frame in tables.items():  # each file whole or not at all, manifest last
             frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
             (dest / f"{table}.parquet.tmp").replace(dest / f"{table}.parquet")
-        (dest / "manifest.json.tmp").write_text(text)
-        (dest / "manifest.json.tmp").replace(dest / "manifest.json")
+        (dest / f"{MANIFEST}.tmp").write_text(text)
+        (dest / f"{MANIFEST}.tmp").replace(dest / MANIFEST)
     print(f"{sweep.name}: {plan.complete} complete runs of {len(sweep.runs)} archived in "
           f"{to / sweep.name}")
     for name in plan.copies:

@@ -49,7 +49,7 @@ PARTS = {  # (file suffix, function name) -> label
     ("train/learner.py", "report_losses"): "loss reports",
     ("train/learner.py", "select"): "selection + bias oracle",
     ("train/learner.py", "evaluate"): "evaluation",
-    ("records.py", "write_atomically"): "parquet",
+    ("rundir.py", "write_atomically"): "parquet",
 }
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import polars as pl
 
-from simfl.records import SCHEMAS, read_manifest, read_table
+from simfl.records import SCHEMAS, read_table
+from simfl.rundir import MANIFEST, read_manifest
 from simfl.scenario import Scenario, from_dict, from_manifest, set_key
 from simfl.scenario import load_scenario as scenario_file
 from simfl.tables import tail_vs_bytes
@@ -58,7 +59,7 @@ class Run:
 
     @property
     def scenario(self) -> Scenario:
-        return from_manifest(self.manifest, str(self.path / "manifest.json"))
+        return from_manifest(self.manifest, str(self.path / MANIFEST))
 
     def table(self, name: str) -> pl.DataFrame:
         """Table ``name`` (rounds, clients, comm, eval, bias, devices, availability), as

@@ -26,15 +26,14 @@ wall-clock seconds so far, learner state, the Parquet parts committed, the journ
 length, the last evaluation;
 written last, it is the commit point), ``journal/000000.pkl``, ... (the answers
 since the previous checkpoint, one file per checkpoint) and ``lock`` (held by the
-process working on the run). Files are written atomically
-(:func:`simfl.records.write_atomically`). They are pickles: resume only runs you
+process working on the run: :func:`simfl.rundir.run_lock`). Files are written atomically
+(:func:`simfl.rundir.write_atomically`). They are pickles: resume only runs you
 trust.
 """
 
 from __future__ import annotations
 
 import copy
-import fcntl
 import io
 import pickle
 import signal
@@ -52,20 +51,22 @@ import torch
 
 from simfl.aggregate import Aggregator, Selection
 from simfl.data.packed import ClientData
-from simfl.errors import InputError, RunBusy, RunFailed
-from simfl.records import FILE, Committed, Layout, Recorder, remove_written, write_atomically
+from simfl.errors import InputError, RunFailed, RunInterrupted
+from simfl.records import Committed, Recorder
+from simfl.rundir import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_LAYOUT,
+    JOURNAL_DIR,
+    STATE_FILE,
+    remove_written,
+    write_atomically,
+)
 from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
 from simfl.train.learner import AsyncLearner
 from simfl.train.local import LocalWork
 from simfl.train.threshold import BiasColumns
 
-CHECKPOINT_DIR = "checkpoint"
-STATE_FILE = "state.pt"
-LOCK_FILE = "lock"
-JOURNAL_DIR = "journal"
-CHECKPOINT_LAYOUT: Layout = {STATE_FILE: FILE, LOCK_FILE: FILE,  # what simfl writes there
-                             JOURNAL_DIR: {r"\d{6}\.pkl": FILE}}
 # 3: the learner's state as plain data under named keys (Learner.state_dict), no object graph
 FORMAT = 3
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -89,23 +90,6 @@ T = TypeVar("T")
 
 class ReplayError(RunFailed):
     """A resumed run did not retrace its first pass (code or environment changed)."""
-
-
-class RunInterrupted(Exception):
-    """SIGTERM or SIGINT: the run wrote a checkpoint at a round boundary and stopped."""
-
-    def __init__(self, signum: int, rounds_done: int, mid_round: bool = False) -> None:
-        # SimPy rebuilds a process's exception from its args
-        super().__init__(signum, rounds_done, mid_round)
-        self.signum, self.rounds_done, self.mid_round = signum, rounds_done, mid_round
-
-    def __str__(self) -> str:
-        name = signal.Signals(self.signum).name
-        if not self.mid_round:
-            return f"{name}: stopped with a checkpoint after round {self.rounds_done}"
-        if self.rounds_done == 0:
-            return f"{name}: stopped mid-round, before its first checkpoint"
-        return f"{name}: stopped mid-round; its last checkpoint is after round {self.rounds_done}"
 
 
 @dataclass
@@ -263,35 +247,6 @@ def _read_state(run_dir: Path, read: Callable[[dict[str, Any]], T]) -> T | None:
         return read(torch.load(path, map_location="cpu", weights_only=False))
     except (OSError, EOFError, KeyError, TypeError, pickle.UnpicklingError, RuntimeError) as e:
         raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
-
-
-@contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir``'s lock while working on the run: a second process (a resume of a
-    run still going) gets a RunBusy error. The kernel drops the lock when the process
-    dies, SIGKILL included."""
-    path = run_dir / CHECKPOINT_DIR / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunBusy(f"{run_dir}: another process is working on this run") from None
-        yield
-
-
-def run_locked(run_dir: Path) -> bool:
-    """Whether a process holds ``run_dir``'s lock (is working on the run now)."""
-    path = run_dir / CHECKPOINT_DIR / LOCK_FILE
-    if not path.is_file():
-        return False
-    with path.open() as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
 
 
 def checkpoint_rounds(every: int, num_rounds: int) -> range:

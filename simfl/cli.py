@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from simfl.errors import InputError, RunFailed
+from simfl.errors import InputError, RunFailed, RunInterrupted
 
 if TYPE_CHECKING:
     from simfl.population.build import Population
@@ -59,7 +59,7 @@ def _resume_parser() -> argparse.ArgumentParser:
 
 
 def _plot_parser() -> argparse.ArgumentParser:
-    from simfl.records import FIGURE_FORMATS
+    from simfl.rundir import FIGURE_FORMATS
 
     parser = _Parser(prog="python -m simfl plot",
                      description="Figures from a run's Parquet tables.")
@@ -389,8 +389,7 @@ def _resume(args: argparse.Namespace) -> int:
 def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:
     """Do ``work`` (a run); one line says how it ended: 0 complete, 1 failed, 128 + signal
     stopped. A run that fails or is stopped keeps its last checkpoint."""
-    from simfl.checkpoint import RunInterrupted
-    from simfl.records import manifest_or_empty
+    from simfl.rundir import manifest_or_empty
 
     resume = f"continue with: python -m simfl resume {run_dir}"
     try:
@@ -426,7 +425,7 @@ def _done(run_dir: Path, manifest: dict[str, Any]) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from simfl.plots.runs import compare_runs, compare_runs_vs_time, plot_run, reach_level
     from simfl.plots.study import plot_run_bias
-    from simfl.records import FIGURE_FORMATS
+    from simfl.rundir import FIGURE_FORMATS, MANIFEST
 
     if args.level is not None and not 0 <= args.level <= 1:
         raise InputError(f"--level {args.level}: must be a 90th-percentile test error, a "
@@ -436,9 +435,9 @@ def _plot(args: argparse.Namespace) -> int:
         check_output_file(out, args.overwrite, "figure", tuple(f".{f}" for f in FIGURE_FORMATS))
     fmt = _figure_format(args.format, compare)
     for run_dir in args.run_dirs:
-        if not (run_dir / "manifest.json").is_file():
+        if not (run_dir / MANIFEST).is_file():
             what = ("a sweep's folder: plot its runs (RUN_DIR/*/), or its collected figures "
-                    "come from python -m simfl collect") if any(run_dir.glob("*/manifest.json")) \
+                    "come from python -m simfl collect") if any(run_dir.glob(f"*/{MANIFEST}")) \
                 else "not a run directory (no manifest.json)"
             raise InputError(f"{run_dir}: {what}")
         check_plots_dir(run_dir)
@@ -588,7 +587,7 @@ def check_output_file(path: Path, overwrite: bool, kind: str, suffixes: tuple[st
     """InputError unless ``path`` can be written as a ``kind`` file: its suffix one of
     ``suffixes``, a new file in an existing directory, or an existing file that
     ``overwrite`` allows to replace (never a directory)."""
-    from simfl.records import check_output_path
+    from simfl.rundir import check_output_path
 
     if path.suffix not in suffixes:
         raise InputError(f"{path}: a {kind} file must end in "
@@ -604,7 +603,7 @@ def check_output_file(path: Path, overwrite: bool, kind: str, suffixes: tuple[st
 
 def check_plots_dir(folder: Path) -> None:
     """InputError when ``folder``'s plots/, where its figures go, is there but no folder."""
-    from simfl.records import PLOTS_DIR, check_output_path
+    from simfl.rundir import PLOTS_DIR, check_output_path
 
     plots = folder / PLOTS_DIR
     if plots.exists() and not plots.is_dir():
@@ -616,7 +615,7 @@ def check_study_dir(out_dir: Path, overwrite: bool) -> None:
     """InputError unless the DRFL study may write into ``out_dir``: absent or empty, or
     (``overwrite``) holding only files the study writes, which it replaces."""
     from simfl.algorithms.drfl.experiment import TABLES
-    from simfl.records import check_output_path
+    from simfl.rundir import check_output_path
 
     check_output_path(out_dir)
     if not out_dir.exists():
@@ -664,8 +663,6 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         _say(sweep_progress(sweep.name, where))
         return 0
     if command == "sweep":
-        from simfl.checkpoint import RunInterrupted
-
         i, n = args.shard
         again = f"continue with: python -m simfl sweep {args.sweep}"
         share = sweep.runs[i::n]  # fixed by the sweep file: shards never share a run

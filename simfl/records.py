@@ -9,16 +9,13 @@ into ``<table>.parquet`` (one file whose bytes depend on its rows only, so a
 resumed run ends with the same file as an uninterrupted one) and removes them once
 its manifest says complete.
 :func:`read_table` reads either form. Schemas are fixed here, so every run
-writes the same types.
+writes the same types; the tables' names (:data:`simfl.rundir.TABLES`), the files'
+and atomic writes are :mod:`simfl.rundir`'s.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,14 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simfl.errors import InputError
+from simfl.rundir import PARTS_DIR, PARTS_LAYOUT, remove_written, write_atomically
 
-PARTS_DIR = "parts"
-PLOTS_DIR = "plots"  # a run's figures (simfl.plots; a test checks that it writes no others)
-FIGURE_FORMATS = ("png", "pdf", "svg")  # what `plot --format` writes (matplotlib, no extras)
-RUN_PLOT_STEMS = ("test_error_hist", "p90_vs_time", "p90_vs_bytes", "error_vs_size",
-                  "error_vs_rounds", "round_durations", "availability", "staleness",
-                  "threshold_estimates", "bias_decomposition")
-RUN_PLOTS = tuple(f"{stem}.{fmt}" for stem in RUN_PLOT_STEMS for fmt in FIGURE_FORMATS)
 ROW_GROUP_ROWS = 1 << 17  # rows per row group of a merged table
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -261,104 +252,6 @@ class Committed:
     num_rows: int = 0
 
 
-def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)``, fsync, then rename over ``path``: a reader (or a run resumed after
-    a crash) sees the old file or the whole new one, never a torn one; a write that
-    fails (a full disk) removes its temporary file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        with tmp.open("rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, a kill signal's exception: no half-written file stays
-        tmp.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-NAME_MAX = 255  # bytes of one path component on Linux file systems
-
-
-def check_output_path(path: Path) -> None:
-    """InputError, before anything is written, unless simfl can create ``path`` (a file,
-    or a folder it writes into) with the folders above it that are missing: the path is
-    not empty, it is UTF-8 (Parquet and JSON metadata name files in it), no component is
-    longer than :data:`NAME_MAX` bytes, and the deepest existing folder (``path`` itself
-    if it is one) takes new entries, as a temporary file created and removed there shows
-    (permissions, a read-only file system, /proc). The one place that turns the OS's
-    refusal of an output path into one line naming it; a folder that does not exist
-    above a file, or a file where a folder should be, is left to the callers' messages."""
-    try:
-        os.fsencode(path).decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{ascii(str(path))}: an output path must be valid UTF-8") from None
-    for part in path.parts:
-        if len(os.fsencode(part)) > NAME_MAX:
-            raise InputError(f"{path}: the name {part[:20]!r}... is {len(os.fsencode(part))} "
-                             f"bytes long, more than the {NAME_MAX} a file system takes")
-    try:
-        folder = next((p for p in (path, *path.parents) if p.is_dir()), None)
-        if folder is None:
-            return
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".simfl-probe-")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write there ({e.strerror})") from None
-    os.close(fd)
-    os.unlink(probe)
-
-
-# What simfl writes in a folder, as data: a name (a regular expression over the whole
-# name) maps to FILE or to the layout of a folder; a ".tmp" beside a file is its
-# unfinished atomic write.
-FILE = None
-Layout = dict[str, "Layout | None"]
-PARTS_LAYOUT: Layout = {name: {r"part-\d{6}\.parquet": FILE} for name in SCHEMAS}  # parts/
-
-
-def foreign_entry(folder: Path, layout: Layout) -> Path | None:
-    """The first entry under ``folder`` that ``layout`` does not name (a symbolic link
-    never counts as simfl's), or None when simfl could have written all of it."""
-    for entry in sorted(folder.iterdir()):
-        inner = _layout_of(entry, layout)
-        if inner is False:
-            return entry
-        if isinstance(inner, dict) and (found := foreign_entry(entry, inner)) is not None:
-            return found
-    return None
-
-
-def remove_written(folder: Path, layout: Layout) -> None:
-    """Delete what ``layout`` names under ``folder``, then each folder that this left
-    empty: whatever else is there stays, with the folders that hold it."""
-    if not folder.is_dir() or folder.is_symlink():
-        return
-    for entry in folder.iterdir():
-        inner = _layout_of(entry, layout)
-        if inner is FILE:
-            entry.unlink()
-        elif isinstance(inner, dict):
-            remove_written(entry, inner)
-    if not any(folder.iterdir()):
-        folder.rmdir()
-
-
-def _layout_of(entry: Path, layout: Layout) -> Layout | None | bool:
-    """FILE or a folder's layout when ``layout`` names ``entry`` as what it is, else False."""
-    if entry.is_symlink():
-        return False
-    name = entry.name.removesuffix(".tmp")
-    for pattern, inner in layout.items():
-        if re.fullmatch(pattern, name) and (entry.is_dir() if isinstance(inner, dict)
-                                            else entry.is_file()):
-            return inner
-    return False
-
-
 def part_path(parts_dir: Path, index: int) -> Path:
     return parts_dir / f"part-{index:06d}.parquet"
 
@@ -496,7 +389,6 @@ class Recorder:
         remove_written(self.parts_dir, PARTS_LAYOUT)
 
 
-
 def table_exists(run_dir: Path, name: str) -> bool:
     """Whether ``run_dir`` holds table ``name``, merged or in parts."""
     return (run_dir / f"{name}.parquet").is_file() or (run_dir / PARTS_DIR / name).is_dir()
@@ -523,25 +415,3 @@ def read_table(run_dir: str | Path, name: str) -> pl.DataFrame:
     if name in SCHEMAS and (run_dir / PARTS_DIR).is_dir():
         return pl.DataFrame(pl.from_arrow(SCHEMAS[name].empty_table()))
     raise FileNotFoundError(f"{path}: no such table (nor parts in {run_dir / PARTS_DIR})")
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """``run_dir/manifest.json``; InputError if it is missing or not a json object."""
-    path = run_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found (is {run_dir} a run directory?)") from None
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the manifest ({e})") from None
-    if not isinstance(manifest, dict):
-        raise InputError(f"{path}: the manifest must be a json object")
-    return manifest
-
-
-def manifest_or_empty(run_dir: Path) -> dict[str, Any]:
-    """The run's manifest, or {} when there is none readable (a run not started yet)."""
-    try:
-        return read_manifest(run_dir)
-    except InputError:
-        return {}

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import platform
-import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -24,22 +23,17 @@ from tqdm import tqdm
 
 from simfl.aggregate import make_aggregator
 from simfl.checkpoint import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_LAYOUT,
-    LOCK_FILE,
     Checkpoint,
     Checkpointer,
     JournaledLearner,
-    RunInterrupted,
     checkpoint_rounds,
     checkpoint_scenario,
     load_checkpoint,
-    run_lock,
     signals_deferred,
 )
 from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
-from simfl.errors import InputError, RunFailed
+from simfl.errors import InputError, RunFailed, RunInterrupted
 from simfl.memory import check_memory, peak_bytes, reset_peak
 from simfl.metrics import error_summary
 from simfl.population import known_rates
@@ -48,24 +42,25 @@ from simfl.population.build import Population, build_population
 from simfl.population.compute import describe_origin
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import (
-    FILE,
-    PARTS_DIR,
-    PARTS_LAYOUT,
-    PLOTS_DIR,
-    RUN_PLOTS,
-    SCHEMAS,
     AvailabilityRows,
     DeviceRows,
     EvalRows,
-    Layout,
     Recorder,
-    check_output_path,
-    foreign_entry,
-    read_manifest,
-    remove_written,
-    write_atomically,
 )
 from simfl.rng import Streams
+from simfl.rundir import (
+    INTERVALS_FILE,
+    MANIFEST,
+    check_output_path,
+    check_simfl_run,
+    clear_run_dir,
+    json_default,
+    overwrite_manifest_in_place,
+    prepare_run_dir,
+    read_manifest,
+    run_lock,
+    write_manifest,
+)
 from simfl.scenario import (
     EstimatorConfig,
     Scenario,
@@ -85,69 +80,6 @@ from simfl.train.local import LocalWork
 MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.batched)
 MAX_AVAILABILITY_HOURS = 1_000_000  # availability.parquet: at most this many rows a region
 PACKAGES = ("simfl", "torch", "numpy", "simpy", "polars", "pyarrow", "networkx", "seaborn")
-
-
-# What a run directory holds, all written by simfl: only these are ever deleted, by
-# --overwrite (records.Layout).
-RUN_LAYOUT: Layout = {
-    **{re.escape(name): FILE for name in ("manifest.json", "availability_intervals.parquet",
-                                          *(f"{table}.parquet" for table in SCHEMAS))},
-    CHECKPOINT_DIR: CHECKPOINT_LAYOUT,
-    PARTS_DIR: PARTS_LAYOUT,
-    PLOTS_DIR: {re.escape(name): FILE for name in RUN_PLOTS},
-}
-
-
-def prepare_run_dir(run_dir: Path, overwrite: bool, advise: bool = True) -> None:
-    """Check that ``run_dir`` may receive a new run, before any work: it is absent or
-    empty, or (``overwrite``) it is a simfl run holding nothing simfl did not write (no
-    other name, no symbolic link, at any depth). InputError otherwise, with the run
-    command's advice (--overwrite, --out) unless ``advise`` is False; a run that a live
-    process works on is refused by its lock."""
-    check_output_path(run_dir)
-    if not run_dir.exists():
-        return
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: exists and is not a directory")
-    if all(_only_lock(e) for e in run_dir.iterdir()):
-        return
-    if not overwrite:
-        raise InputError(f"{run_dir}: results directory exists (use --overwrite to replace it)")
-    manifest = read_manifest(run_dir) if (run_dir / "manifest.json").is_file() else {}
-    advice = ("; --overwrite only replaces a run and deletes nothing else",
-              "; --overwrite would delete it (move it, or choose another --out)")
-    _check_simfl_run(run_dir, manifest, advice if advise else ("", ""))
-
-
-def _check_simfl_run(run_dir: Path, manifest: dict[str, Any], advice: tuple[str, str]) -> None:
-    """InputError unless ``manifest`` (``run_dir``'s) is one a simfl run wrote and
-    ``run_dir`` holds nothing :data:`RUN_LAYOUT` does not name; ``advice``: what each of
-    the two messages ends with."""
-    if not is_run_manifest(manifest):
-        raise InputError(f"{run_dir}: not a simfl run (no simfl manifest.json){advice[0]}")
-    foreign = foreign_entry(run_dir, RUN_LAYOUT)
-    if foreign is not None:
-        raise InputError(f"{run_dir}: holds {str(foreign.relative_to(run_dir))!r}, which simfl "
-                         f"did not write{advice[1]}")
-
-
-def is_run_manifest(manifest: dict[str, Any]) -> bool:
-    """Whether a manifest.json is one a simfl run wrote (:func:`_manifest`)."""
-    versions = manifest.get("versions")
-    return (isinstance(manifest.get("scenario"), dict) and isinstance(manifest.get("status"), str)
-            and isinstance(versions, dict) and "simfl" in versions)
-
-
-def _only_lock(entry: Path) -> bool:
-    """Whether ``entry`` is a checkpoint folder holding a run lock and nothing else."""
-    return (entry.name == CHECKPOINT_DIR and entry.is_dir() and not entry.is_symlink()
-            and [p.name for p in entry.iterdir()] == [LOCK_FILE])
-
-
-def _clear_run_dir(run_dir: Path) -> None:
-    """Delete the run in ``run_dir`` (checked by prepare_run_dir), but the lock we hold."""
-    but_lock = {name: inner for name, inner in CHECKPOINT_LAYOUT.items() if name != LOCK_FILE}
-    remove_written(run_dir, {**RUN_LAYOUT, CHECKPOINT_DIR: but_lock})
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
@@ -173,7 +105,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
                              f"({e.strerror})") from None
         with run_lock(run_dir):
             prepare_run_dir(run_dir, overwrite)  # again, now that no other process can start
-            _clear_run_dir(run_dir)
+            clear_run_dir(run_dir)
             return _execute(scenario, built, run_dir, _manifest(scenario, built), None,
                             progress)
 
@@ -186,9 +118,9 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
         raise InputError(f"{run_dir}: the run is already complete")
     check_output_path(run_dir)
     # resuming rewrites the run's tables around what else is there
-    _check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
+    check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
     _check_scenario_unedited(run_dir, manifest)
-    scenario = from_manifest(manifest, str(run_dir / "manifest.json"))
+    scenario = from_manifest(manifest, str(run_dir / MANIFEST))
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
         _check_speed_origin(run_dir, manifest, built.population)
@@ -298,7 +230,7 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
         run_dir, checkpoint_rounds(scenario.run.checkpoint_every, scenario.server.num_rounds),
         built.learner, recorder, wall_s, checkpoint, manifest["scenario"])
     manifest["status"] = "running"
-    _write_manifest(run_dir, manifest)
+    write_manifest(run_dir, manifest)
     health = Health(scenario.run.idle_window, scenario.run.idle_share)
     # From the end of the rounds on, a first stop signal waits for the block's end: the parts
     # and checkpoint stay until the manifest says complete, and once it does the signal has
@@ -315,7 +247,7 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
             recorder.merge()
             manifest.update(status="complete", wall_s=wall_s(), summary=summary,
                             health=health.summary(), peak_rss_mb=_peak_rss_mb(manifest))
-            _write_manifest(run_dir, manifest)
+            write_manifest(run_dir, manifest)
         except BaseException as e:
             _record_end(run_dir, manifest, recorder, e, wall_s(), health)
             failure = _as_failure(e)
@@ -363,10 +295,10 @@ def _record_end(run_dir: Path, manifest: dict[str, Any], recorder: Recorder, e: 
                     reason=f"{type(failure).__name__}: {failure}", wall_s=wall_s,
                     health=health.summary(), peak_rss_mb=_peak_rss_mb(manifest))
     try:
-        _write_manifest(run_dir, manifest)
+        write_manifest(run_dir, manifest)
     except OSError:  # no room even for the manifest's temporary copy
         with suppress(OSError):
-            _overwrite_in_place(run_dir / "manifest.json", _manifest_text(manifest))
+            overwrite_manifest_in_place(run_dir, manifest)
 
 
 def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
@@ -407,7 +339,7 @@ def _record_availability(population: Population, recorder: Recorder, run_dir: Pa
                                     region=np.tile(names, len(hours)).tolist(),
                                     num_online=counts.ravel()))
     if scenario.population.availability.log_intervals:
-        population.availability.write_trace(run_dir / "availability_intervals.parquet")
+        population.availability.write_trace(run_dir / INTERVALS_FILE)
 
 
 def _peak_rss_mb(manifest: dict[str, Any]) -> float:
@@ -505,7 +437,7 @@ def _check_speed_origin(run_dir: Path, manifest: dict[str, Any], population: Pop
 def scenario_sha256(scenario: dict[str, Any]) -> str:
     """The sha256 of a scenario as plain data (as a manifest holds it): its JSON with
     sorted keys, so the manifest's copy read back hashes the same."""
-    text = json.dumps(scenario, sort_keys=True, default=_json_default)
+    text = json.dumps(scenario, sort_keys=True, default=json_default)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -521,12 +453,12 @@ def _check_scenario_unedited(run_dir: Path, manifest: dict[str, Any]) -> None:
     started = checkpoint_scenario(run_dir)
     what = "its sha256 differs from the one recorded when the run started"
     if started is not None:  # compared as JSON reads it back (tuples as lists)
-        started = json.loads(json.dumps(started, default=_json_default))
+        started = json.loads(json.dumps(started, default=json_default))
         now, then = dict(flatten(manifest["scenario"])), dict(flatten(started))
         changed = sorted(set(now) | set(then), key=str)
         what = "; ".join(f"{key} = {now.get(key)!r}, the run started with {then.get(key)!r}"
                          for key in changed if now.get(key) != then.get(key)) or what
-    raise InputError(f"{run_dir / 'manifest.json'}: its scenario was edited after the run "
+    raise InputError(f"{run_dir / MANIFEST}: its scenario was edited after the run "
                      f"started ({what}): a run resumes only with the scenario it started "
                      "with; restore it, or start a new run with the new values")
 
@@ -593,30 +525,3 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    text = _manifest_text(manifest)
-    write_atomically(run_dir / "manifest.json", lambda tmp: tmp.write_text(text))
-
-
-def _manifest_text(manifest: dict[str, Any]) -> str:
-    return json.dumps(manifest, indent=2, default=_json_default) + "\n"
-
-
-def _overwrite_in_place(path: Path, text: str) -> None:
-    """Write ``text`` over ``path`` in the blocks the file holds already, when it fits in
-    them (a full disk has no room for a new copy; a write into allocated blocks needs
-    none, so it cannot stop half-way for lack of space); else leave the file as it is."""
-    data = text.encode()
-    if len(data) > path.stat().st_blocks * 512:
-        return
-    with path.open("r+b") as f:
-        f.write(data)
-        f.truncate()
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

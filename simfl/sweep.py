@@ -48,9 +48,17 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simfl.errors import InputError, RunBusy, RunFailed
+from simfl.errors import InputError, RunBusy, RunFailed, RunInterrupted
 from simfl.metrics import error_summary
-from simfl.records import PLOTS_DIR, manifest_or_empty, read_table, write_atomically
+from simfl.records import read_table
+from simfl.rundir import (
+    MANIFEST,
+    PLOTS_DIR,
+    manifest_or_empty,
+    prepare_run_dir,
+    run_locked,
+    write_atomically,
+)
 from simfl.scenario import Scenario, flatten, from_dict, is_plain_name, load_scenario, to_dict
 
 SWEEP_KEYS = {"scenario", "name", "seeds", "set", "grid", "variants", "ray", "include"}
@@ -174,7 +182,7 @@ def sweep_from_table(raw: dict[str, Any], path: Path, results_dir: Path) -> Swee
         raise InputError(f"{source}: 'name' = {name!r} must be a plain name (it names the "
                          f"folder results/<name>; no path separators, not '.' or '..')")
     out_dir = results_dir / name
-    if (out_dir / "manifest.json").is_file():
+    if (out_dir / MANIFEST).is_file():
         raise InputError(f"{out_dir}: a single run's directory (it has manifest.json), not "
                          f"the folder of sweep '{name}' ({source}): give the sweep another "
                          f"'name'")
@@ -271,19 +279,16 @@ def _run_one(scenario: Path, overrides: Sequence[str], run_dir: Path,
 def _resumes(run_dir: Path, scenario: Scenario) -> bool:
     """Whether the sweep resumes the run in ``run_dir`` (it has a checkpoint of
     ``scenario``) rather than start it from round 0, replacing the folder."""
-    from simfl.checkpoint import checkpoint_progress  # torch: not for the CLI
+    from simfl.checkpoint import checkpoint_progress  # reads the torch checkpoint
 
     return checkpoint_progress(run_dir) is not None and not scenario_changes(run_dir, scenario)
 
 
 def _check_run_dirs(sweep: Sweep, pending: Sequence[SweepRun]) -> None:
     """InputError, before any run starts, when a run the sweep would start from round 0 is
-    in a folder that it may not replace (``run.prepare_run_dir`` with overwrite: a folder
+    in a folder that it may not replace (``rundir.prepare_run_dir`` with overwrite: a folder
     without a manifest, a file simfl did not write, ...); runs that another process holds
     are left to it. So a sweep stopped by such a folder has run nothing (exit 2)."""
-    from simfl.checkpoint import run_locked  # torch: not for the CLI
-    from simfl.run import prepare_run_dir
-
     for run in pending:
         if run_locked(run.run_dir) or _resumes(run.run_dir, load_scenario(sweep.scenario,
                                                                           run.overrides)):
@@ -292,7 +297,7 @@ def _check_run_dirs(sweep: Sweep, pending: Sequence[SweepRun]) -> None:
             prepare_run_dir(run.run_dir, overwrite=True, advise=False)
         except InputError as e:
             problem = str(e)
-            if run.run_dir.is_dir() and not (run.run_dir / "manifest.json").exists():
+            if run.run_dir.is_dir() and not (run.run_dir / MANIFEST).exists():
                 names = sorted(repr(p.name) for p in run.run_dir.iterdir())
                 problem += f", holding {', '.join(names[:3])}{', ...' * (len(names) > 3)}"
             raise InputError(f"sweep '{sweep.name}': {problem}; the sweep would start run "
@@ -312,7 +317,7 @@ def run_statuses(sweep: Sweep, archived: Path | None = None) -> pl.DataFrame:
     differs from the one the sweep now asks for (:func:`scenario_changes`; null when
     the same), so a complete run of another scenario is not read as this sweep's and an
     interrupted one, which a launch would start again from round 0, is seen first."""
-    from simfl.checkpoint import checkpoint_progress, run_locked  # torch: not for the CLI
+    from simfl.checkpoint import checkpoint_progress  # reads the torch checkpoint
 
     rows = []
     for run in sweep.runs:
@@ -386,7 +391,7 @@ def scenario_changes(run_dir: Path, scenario: Scenario) -> list[str]:
     if not isinstance(started, dict):
         return ["its manifest holds no scenario"]
     try:
-        ran = dict(flatten(to_dict(from_dict(started, source=str(run_dir / "manifest.json")))))
+        ran = dict(flatten(to_dict(from_dict(started, source=str(run_dir / MANIFEST)))))
     except InputError as e:  # a key simfl no longer has, or a value it no longer takes
         return [f"its scenario no longer loads ({e})"]
     now = dict(flatten(to_dict(scenario)))
@@ -409,7 +414,7 @@ def restarts(sweep: Sweep, pending: Sequence[SweepRun]) -> list[str]:
     """A line for each of the ``pending`` runs whose checkpoint is of another scenario
     than the sweep now asks for: the sweep starts it again from round 0, deleting that
     checkpoint (said before it happens, so it can be stopped)."""
-    from simfl.checkpoint import checkpoint_progress, run_locked  # torch: not for the CLI
+    from simfl.checkpoint import checkpoint_progress  # reads the torch checkpoint
 
     lines = []
     for run in pending:
@@ -449,8 +454,6 @@ def run_sweep(sweep: Sweep, backend: str = "auto", report: Callable[[str], None]
             backend = "sequential"
     if backend == "ray":
         return _run_ray(sweep, pending, report)
-    from simfl.checkpoint import RunInterrupted, run_locked  # torch: not for the CLI
-
     statuses = {}
     for i, run in enumerate(pending):
         if is_complete(run.run_dir):  # another process running this sweep finished it

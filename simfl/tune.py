@@ -56,7 +56,8 @@ import polars as pl
 
 from simfl.errors import InputError
 from simfl.metrics import error_summary
-from simfl.records import manifest_or_empty, read_table, write_atomically
+from simfl.records import read_table
+from simfl.rundir import manifest_or_empty, write_atomically
 from simfl.sweep import (
     BUSY,
     Sweep,

@@ -19,11 +19,11 @@ import polars as pl
 import pytest
 
 import simfl.run
-from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.memory import LIMIT_ENV
 from simfl.plots.runs import plot_run
 from simfl.run import MAX_AVAILABILITY_HOURS
+from simfl.rundir import run_lock
 
 SCENARIO = """
 name = "tiny"
@@ -645,8 +645,9 @@ def test_a_full_disk_that_refuses_the_failed_manifests_copy_still_records_the_re
     import errno
 
     import simfl.records
+    import simfl.rundir
 
-    write_atomically = simfl.records.write_atomically
+    write_atomically = simfl.rundir.write_atomically
     out = tmp_path / "run"
     calls: list[Path] = []
 
@@ -657,7 +658,7 @@ def test_a_full_disk_that_refuses_the_failed_manifests_copy_still_records_the_re
             raise OSError(errno.ENOSPC, "No space left on device")
         write_atomically(path, write)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(simfl.run, "write_atomically", no_room)
+    monkeypatch.setattr(simfl.rundir, "write_atomically", no_room)
     monkeypatch.setattr(simfl.records, "write_atomically", no_room)
     code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
     manifest = json.loads((out / "manifest.json").read_text())

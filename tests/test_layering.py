@@ -39,6 +39,8 @@ FORBIDDEN = {
     "rng.py": ("simfl.scenario", "simfl.data", "simfl.sim", "simfl.train"),
     "errors.py": ("simfl.",),
     "records.py": ("torch", "simfl.sim", "simfl.train", "simfl.run"),
+    "rundir.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.run", "simfl.records",
+                  "simfl.checkpoint"),
     "plots": ("torch", "simfl.sim", "simfl.train", "simfl.run", "simfl.algorithms"),
     "cli.py": ("torch", "simpy"),  # at module level: the commands import what they need
     "algorithms": ("torch", "simfl.train", "simfl.quantile", "simfl.checkpoint", "simfl.run",

@@ -661,7 +661,7 @@ def test_protocol_cost_writes_counts_as_integers_and_no_zero_sums() -> None:
 def test_plot_format_writes_every_figure_in_that_format(
         tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     from simfl.cli import main
-    from simfl.records import RUN_PLOTS
+    from simfl.rundir import RUN_PLOTS
 
     runs = [synthetic_run(tmp_path / f"run{k}", seed=k) for k in range(2)]
     assert main(["plot", *map(str, runs), "--format", fmt,
@@ -690,8 +690,7 @@ def test_plot_redraws_a_runs_own_figures_and_nothing_else(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """plots/ is the run's, simfl's to redraw (no --overwrite); --compare's file is not."""
     from simfl.cli import main
-    from simfl.records import foreign_entry
-    from simfl.run import RUN_LAYOUT
+    from simfl.rundir import RUN_LAYOUT, foreign_entry
 
     run = synthetic_run(tmp_path / "run")
     assert main(["plot", str(run)]) == 0

@@ -13,8 +13,6 @@ import pytest
 from simfl.errors import InputError
 from simfl.plots.runs import ASYNC_FIGURES, RUN_FIGURES
 from simfl.records import (
-    PARTS_DIR,
-    RUN_PLOTS,
     SCHEMAS,
     AvailabilityRows,
     ClientRows,
@@ -27,8 +25,8 @@ from simfl.records import (
     part_path,
     read_table,
     table_exists,
-    write_atomically,
 )
+from simfl.rundir import PARTS_DIR, RUN_PLOTS, TABLES, write_atomically
 
 
 def append_rounds(recorder: Recorder, rounds: range) -> None:
@@ -58,6 +56,10 @@ def test_typed_rows_write_what_the_columns_would(tmp_path: Path) -> None:
     columns.merge()
     assert ((tmp_path / "typed" / "comm.parquet").read_bytes()
             == (tmp_path / "columns" / "comm.parquet").read_bytes())
+
+
+def test_the_run_layout_names_every_table_of_the_schemas() -> None:
+    assert tuple(SCHEMAS) == TABLES  # the files and parts --overwrite may delete
 
 
 def test_every_figure_a_run_can_have_is_in_its_layout() -> None:

@@ -41,8 +41,9 @@ from simfl.plots.runs import plot_run
 from simfl.plots.study import plot_run_bias
 from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
-from simfl.records import PARTS_DIR, RUN_PLOTS, TableWriter, read_table
+from simfl.records import TableWriter, read_table
 from simfl.rng import Streams
+from simfl.rundir import CHECKPOINT_DIR, PARTS_DIR, RUN_PLOTS, STATE_FILE
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
 from simfl.sim.server import LearnerLike
 from simfl.train.learner import Learner
@@ -159,7 +160,7 @@ def assert_same_files(got: Path, want: Path) -> None:
 
 
 def checkpoint_state(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE
+    path = run_dir / CHECKPOINT_DIR / STATE_FILE
     return dict(torch.load(path, weights_only=False))
 
 
@@ -254,7 +255,7 @@ def assert_checkpointed_before(run_dir: Path, kill_round: int, baseline: Path) -
     round kill_round - kill_round % 2 (one every two rounds; none before round 2), and the
     rows on disk are a prefix of the full run's, of the rounds before it."""
     last = kill_round - kill_round % 2
-    state = run_dir / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE
+    state = run_dir / CHECKPOINT_DIR / STATE_FILE
     assert checkpoint_state(run_dir)["rounds_done"] == last if last else not state.exists()
     assert_committed_prefix(run_dir, baseline)
     assert (read_table(run_dir, "rounds")["round"] < last).all()
@@ -283,7 +284,7 @@ def test_sigkill_while_committing_a_checkpoint_resumes_from_the_previous_one(
     state = checkpoint_state(out)
     assert state["rounds_done"] == 2 and state["journal_segments"] == 1
     # the second checkpoint's parts and journal are on disk, uncommitted
-    assert (out / checkpoint.CHECKPOINT_DIR / "journal" / "000001.pkl").is_file()
+    assert (out / CHECKPOINT_DIR / "journal" / "000001.pkl").is_file()
     assert len(list((out / PARTS_DIR / "rounds").glob("*.parquet"))) == 2
     assert state["tables"]["rounds"].num_parts == 1
     assert resume(out) == 0
@@ -551,7 +552,7 @@ def test_a_replay_that_does_not_retrace_the_run_fails(interrupted: Path, copy_of
     out = copy_of(interrupted)
     state = checkpoint_state(out)
     state["t_s"] += 1.0  # as if the engine had changed since the checkpoint
-    torch.save(state, out / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE)
+    torch.save(state, out / CHECKPOINT_DIR / STATE_FILE)
     capsys.readouterr()
     assert resume(out) == 1
     err = capsys.readouterr().err
@@ -572,14 +573,14 @@ def test_resume_refuses_bad_run_directories(interrupted: Path, baseline: Path, c
     refused(baseline, "the run is already complete")
     refused(tmp_path / "nowhere", "manifest.json: not found")
     out = copy_of(interrupted)
-    with (out / checkpoint.CHECKPOINT_DIR / "lock").open("w") as lock:
+    with (out / CHECKPOINT_DIR / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a process still working on the run
         refused(out, "another process is working on this run")
     state = checkpoint_state(out)
     state["format"] = checkpoint.FORMAT - 1  # written by an older simfl
-    torch.save(state, out / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE)
+    torch.save(state, out / CHECKPOINT_DIR / STATE_FILE)
     refused(out, f"this simfl reads format {checkpoint.FORMAT}; remove {out} to run it again")
-    (out / checkpoint.CHECKPOINT_DIR / checkpoint.STATE_FILE).write_bytes(b"torn")
+    (out / CHECKPOINT_DIR / STATE_FILE).write_bytes(b"torn")
     refused(out, "state.pt: cannot read the checkpoint")
     assert manifest(out)["status"] == "interrupted"  # refusals change nothing
     mine = out / "plots" / "mine.png"  # a user's file in the run

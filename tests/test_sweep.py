@@ -16,11 +16,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.plots.study import plot_sweep
 from simfl.run import scenario_sha256
+from simfl.rundir import run_lock
 from simfl.sweep import (
     BUSY,
     SWEEP_FIGURES,

@@ -14,10 +14,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simfl.checkpoint import run_lock
 from simfl.cli import main
 from simfl.data.split import split_clients
 from simfl.errors import InputError
+from simfl.rundir import run_lock
 from simfl.scenario import DataConfig
 from simfl.sweep import load_sweep
 from simfl.tune import load_tuning, tune

@@ -51,7 +51,7 @@ import numpy as np
 from simfl.data.femnist import IMAGE_SHAPE, NUM_CLASSES
 from simfl.data.leaf import IMAGE_FEATURES, read_shard, shard_files
 from simfl.errors import InputError
-from simfl.records import check_output_path, write_atomically
+from simfl.rundir import check_output_path, write_atomically
 
 SPLIT_ORDER = ("train", "all", "test")  # order of a writer's samples in the output
 _GRID_TOLERANCE = 1e-3  # in grey levels: float32 k / 255 * 255 is within ~1e-5 of k

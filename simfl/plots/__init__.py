@@ -19,7 +19,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from simfl.records import write_atomically
+from simfl.rundir import write_atomically
 
 DPI = 120
 

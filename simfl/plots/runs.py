@@ -17,13 +17,8 @@ from matplotlib.figure import Figure
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
 from simfl.plots import new_axes, save_figure
-from simfl.records import (
-    FIGURE_FORMATS,
-    PLOTS_DIR,
-    manifest_or_empty,
-    read_table,
-    table_exists,
-)
+from simfl.records import read_table, table_exists
+from simfl.rundir import FIGURE_FORMATS, PLOTS_DIR, manifest_or_empty
 from simfl.tables import error_by_round, tail_vs_bytes
 
 SECONDS_PER_HOUR = 3600.0
@@ -382,10 +377,10 @@ def _stderr(line: str) -> None:
 def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr,
              fmt: str = "png") -> list[Path]:
     """Write the figures of one run into run_dir/plots as ``fmt`` files (png, pdf or svg:
-    :data:`simfl.records.FIGURE_FORMATS`); return the written paths.
+    :data:`simfl.rundir.FIGURE_FORMATS`); return the written paths.
 
     A figure already there is redrawn without asking: a run's plots/ folder is simfl's
-    (part of the run's layout, :data:`simfl.records.RUN_PLOTS`, which ``--overwrite``
+    (part of the run's layout, :data:`simfl.rundir.RUN_PLOTS`, which ``--overwrite``
     deletes with the run), and its figures are drawn from the run's own tables, so
     redrawing loses nothing; ``plot`` is meant to be run again as an unfinished run
     advances. Only the files simfl names are written; anything else in plots/ is left
