@@ -33,26 +33,22 @@ trust.
 
 from __future__ import annotations
 
-import copy
 import io
 import pickle
 import signal
 import threading
 from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 
-from simfl.aggregate import Aggregator, Selection
-from simfl.data.packed import ClientData
-from simfl.errors import InputError, RunFailed, RunInterrupted
+from simfl.errors import InputError, RunInterrupted
 from simfl.records import Committed, Recorder
+from simfl.replay import Entry, JournaledLearner, ReplayError
 from simfl.rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_LAYOUT,
@@ -63,122 +59,14 @@ from simfl.rundir import (
 )
 from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
-from simfl.train.learner import AsyncLearner
-from simfl.train.local import LocalWork
-from simfl.train.threshold import BiasColumns
 
 # 3: the learner's state as plain data under named keys (Learner.state_dict), no object graph
 FORMAT = 3
+T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
 # write a checkpoint there) before the run stops from its last checkpoint instead.
 STOP_GRACE_S = 0.5
-
-# How a replaying learner treats each member of the server's LearnerLike protocol
-# (a test checks that every member is listed).
-ANSWERS = ("selection_weights", "report_losses", "select", "train")  # journaled
-EFFECTS = ("observe_online", "aggregate")  # skipped: the checkpoint holds their outcome
-STATIC = ("needs_losses", "model_bytes", "loss_report_bytes", "wants_checkins",
-          "cohort_fraction", "num_samples", "client_ids", "lr")  # fixed by the scenario
-# The same for what the asynchronous server asks beyond that (AsyncLearnerLike).
-ASYNC_ANSWERS = ("train_from",)
-ASYNC_EFFECTS = ("aggregate_buffer", "discard", "forget")
-
-Entry = tuple[str, Any]  # (learner method, its answer)
-T = TypeVar("T")
-
-
-class ReplayError(RunFailed):
-    """A resumed run did not retrace its first pass (code or environment changed)."""
-
-
-@dataclass
-class Journal:
-    """The learner's answers to the server, in call order: recorded while live, given
-    back while replaying."""
-
-    replay: list[Entry] = field(default_factory=list)  # answers to give back (a resume)
-    recorded: list[Entry] = field(default_factory=list)  # answers since the last checkpoint
-    last_eval: dict[str, CohortEval] | None = None  # split -> the latest evaluation
-    live: bool = True
-    position: int = 0  # answers given back so far
-
-    def answer(self, method: str, compute: Callable[[], T]) -> T:
-        """``compute()`` (recorded) while live; the next journaled answer while replaying."""
-        if self.live:
-            computed = compute()
-            self.recorded.append((method, copy.deepcopy(computed)))
-            return computed
-        if self.exhausted or self.replay[self.position][0] != method:
-            found = "none" if self.exhausted else self.replay[self.position][0]
-            raise ReplayError(f"the replay asked the learner for {method} as its answer "
-                              f"{self.position}, where the journal has {found}")
-        value: T = self.replay[self.position][1]
-        self.position += 1
-        return value
-
-    @property
-    def exhausted(self) -> bool:
-        return self.position >= len(self.replay)
-
-
-class JournaledLearner(AsyncLearner):
-    """A learner (sync and async answers) that journals its answers to the server and,
-    while its journal replays, gives them back without computing anything (the server
-    cannot tell)."""
-
-    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
-        super().__init__(work, params, aggregator)
-        self.journal = Journal()
-
-    def selection_weights(self) -> np.ndarray | None:
-        return self.journal.answer("selection_weights", super().selection_weights)
-
-    def report_losses(self, client_idx: np.ndarray) -> np.ndarray:
-        return self.journal.answer("report_losses", partial(super().report_losses, client_idx))
-
-    def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
-               t_s: float) -> tuple[Selection, BiasColumns | None]:
-        return self.journal.answer(
-            "select", partial(super().select, losses, client_idx, round_idx, t_s))
-
-    def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
-        return self.journal.answer("train", partial(super().train, round_idx, client_idx))
-
-    def train_from(self, version: int, client_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.journal.answer("train_from", partial(super().train_from, version, client_idx))
-
-    def observe_online(self, t_s: float, client_idx: np.ndarray) -> None:
-        if self.journal.live:
-            super().observe_online(t_s, client_idx)
-
-    def aggregate_buffer(self, client_idx: np.ndarray, versions: np.ndarray,
-                         losses: np.ndarray, scales: np.ndarray) -> None:
-        if self.journal.live:
-            super().aggregate_buffer(client_idx, versions, losses, scales)
-
-    def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
-        if self.journal.live:
-            super().discard(versions, client_idx)
-
-    def forget(self, version: int) -> None:
-        if self.journal.live:
-            super().forget(version)
-
-    def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None:
-        if self.journal.live:
-            super().aggregate(client_idx, losses)
-
-    def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
-        if self.journal.live:
-            result = super().evaluate()
-            self.journal.last_eval = {split: ev for split, (_, ev) in result.items()}
-            return result
-        if self.journal.last_eval is None:
-            raise ReplayError("the checkpoint holds no evaluation to replay")
-        return {split: (getattr(self.data, split), ev)
-                for split, ev in self.journal.last_eval.items()}
-
 
 @dataclass(frozen=True)
 class Checkpoint:

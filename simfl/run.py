@@ -25,7 +25,6 @@ from simfl.aggregate import make_aggregator
 from simfl.checkpoint import (
     Checkpoint,
     Checkpointer,
-    JournaledLearner,
     checkpoint_rounds,
     checkpoint_scenario,
     load_checkpoint,
@@ -47,6 +46,7 @@ from simfl.records import (
     EvalRows,
     Recorder,
 )
+from simfl.replay import JournaledLearner
 from simfl.rng import Streams
 from simfl.rundir import (
     INTERVALS_FILE,

@@ -48,6 +48,8 @@ FORBIDDEN = {
     "metrics.py": ("simfl.", "torch", "simpy"),
     "tables.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.run", "simfl.plots"),
     "memory.py": ("simfl.sim", "simfl.run", "simfl.sweep", "simfl.cli"),
+    "replay.py": ("simpy", "simfl.sim", "simfl.run", "simfl.sweep", "simfl.tune", "simfl.cli",
+                  "simfl.plots"),
     "checkpoint.py": ("simfl.run", "simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots"),
     "run.py": ("simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
     "sweep.py": ("torch", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),

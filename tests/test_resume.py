@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import simfl.run
-from simfl import checkpoint
+from simfl import checkpoint, replay
 from simfl.aggregate import Aggregator, Combined, RoundInputs, make_aggregator
 from simfl.cli import main
 from simfl.data import FederatedData, load_data
@@ -45,6 +45,7 @@ from simfl.records import TableWriter, read_table
 from simfl.rng import Streams
 from simfl.rundir import CHECKPOINT_DIR, PARTS_DIR, RUN_PLOTS, STATE_FILE
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
+from simfl.sim import interface
 from simfl.sim.server import LearnerLike
 from simfl.train.learner import Learner
 
@@ -535,16 +536,16 @@ def test_an_interrupted_run_plots_from_its_parts(interrupted: Path, copy_of: Any
 
 
 def test_a_journal_gives_back_answers_in_order_or_raises() -> None:
-    journal = checkpoint.Journal()
+    journal = replay.Journal()
     assert journal.answer("train", lambda: np.array([1.0])) == [1.0]  # live: computed, kept
-    replay = checkpoint.Journal(replay=journal.recorded, live=False)
-    with pytest.raises(checkpoint.ReplayError, match="asked the learner for select as its "
-                                                     "answer 0, where the journal has train"):
-        replay.answer("select", lambda: None)
-    assert replay.answer("train", lambda: pytest.fail("computed while replaying")) == [1.0]
-    assert replay.exhausted
-    with pytest.raises(checkpoint.ReplayError, match="where the journal has none"):
-        replay.answer("train", lambda: None)
+    again = replay.Journal(replay=journal.recorded, live=False)
+    with pytest.raises(replay.ReplayError, match="asked the learner for select as its "
+                                                 "answer 0, where the journal has train"):
+        again.answer("select", lambda: None)
+    assert again.answer("train", lambda: pytest.fail("computed while replaying")) == [1.0]
+    assert again.exhausted
+    with pytest.raises(replay.ReplayError, match="where the journal has none"):
+        again.answer("train", lambda: None)
 
 
 def test_a_replay_that_does_not_retrace_the_run_fails(interrupted: Path, copy_of: Any,
@@ -689,8 +690,16 @@ def test_checkpoints_fall_every_so_many_rounds_but_not_after_the_last() -> None:
 
 def test_every_server_question_has_a_replay_rule() -> None:
     members = {name for name in dir(LearnerLike) if not name.startswith("_")}
-    rules = [checkpoint.ANSWERS, checkpoint.EFFECTS, checkpoint.STATIC]
-    assert sorted(members) == sorted(n for rule in rules for n in rule)
+    assert sorted(members) == sorted(interface.SYNC)
+
+
+def test_the_replaying_learner_wraps_exactly_the_answers_and_effects() -> None:
+    """JournaledLearner overrides every member the table journals or skips, and no other
+    the servers ask (a static member is asked again as it is)."""
+    own = {n for n in vars(replay.JournaledLearner) if not n.startswith("_")}
+    asked = set(interface.SYNC) | set(interface.ASYNC)
+    assert own & asked == set(interface.members(interface.ANSWER)
+                              + interface.members(interface.EFFECT))
 
 
 def _leaves(value: Any) -> Iterator[Any]:

@@ -11,7 +11,6 @@ import pytest
 import simpy
 import torch
 
-from simfl import checkpoint
 from simfl.aggregate import make_aggregator
 from simfl.data import load_data
 from simfl.plugins import AGGREGATORS
@@ -28,6 +27,7 @@ from simfl.scenario import (
     SyntheticConfig,
     TrainConfig,
 )
+from simfl.sim import interface
 from simfl.sim.async_server import AsyncLearnerLike, async_server, staleness_weight
 from simfl.sim.health import Health, RunStalled
 from simfl.sim.links import LinkSharing
@@ -289,7 +289,7 @@ def test_term_runs_in_async_mode_on_the_buffers_loss_reports(tmp_path: Path) -> 
 def test_every_async_question_has_a_replay_rule() -> None:
     extra = ({n for n in dir(AsyncLearnerLike) if not n.startswith("_")}
              - {n for n in dir(LearnerLike) if not n.startswith("_")})
-    assert sorted(extra) == sorted(checkpoint.ASYNC_ANSWERS + checkpoint.ASYNC_EFFECTS)
+    assert sorted(extra) == sorted(interface.ASYNC)
 
 
 REFUSED = {p.name: p.async_refused for p in AGGREGATORS.builtins() if p.async_refused}
