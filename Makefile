@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 DEMO    := scenarios/demo_synthetic.toml
 
-.PHONY: run test bench clean
+.PHONY: run test test-fast bench clean
 
 $(BIN)/simfl-installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,12 @@ test: $(BIN)/simfl-installed
 	$(BIN)/ruff check simfl tests bench
 	$(BIN)/mypy simfl bench
 	$(BIN)/python -m pytest -q
+
+# The inner loop: ruff and every test not marked slow (whole runs, sweeps, subprocesses,
+# the docs' commands); `make test`, as CI runs it, includes them.
+test-fast: $(BIN)/simfl-installed
+	$(BIN)/ruff check simfl tests bench
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(BIN)/simfl-installed
 	$(BIN)/python bench/train_cohort.py

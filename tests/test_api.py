@@ -19,6 +19,7 @@ ROOT = Path(__file__).parents[1]
 API = ROOT / "docs" / "api.md"
 
 
+@pytest.mark.slow
 def test_every_example_of_the_api_page_runs_outside_the_package(tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", API.read_text(), re.S)
     assert len(blocks) >= 4

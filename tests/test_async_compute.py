@@ -11,6 +11,7 @@ from tests.conftest import requires_data
 
 @requires_data
 @pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.slow
 def test_the_timers_count_every_training_and_loss_report(mode: str) -> None:
     bench = bench_module("async_compute")
     result = bench.measure(mode, "deltafl", rounds=2)

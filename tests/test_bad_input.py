@@ -221,6 +221,7 @@ def test_a_healthy_run_records_its_health_and_completes(
 
 
 @pytest.mark.parametrize("interval_s", [1e13, 1e300])
+@pytest.mark.slow
 def test_a_clock_run_out_to_centuries_keeps_its_hourly_table_bounded(
         scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         interval_s: float) -> None:
@@ -250,6 +251,7 @@ def test_overwrite_leaves_a_directory_that_is_no_run_untouched(
     assert tree(victim) == before
 
 
+@pytest.mark.slow
 def test_overwrite_never_deletes_files_simfl_did_not_write_into_a_run(
         scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
@@ -314,6 +316,7 @@ def _user_file_in(where: str, out: Path, outside: Path) -> None:
 
 @pytest.mark.parametrize("where", ["checkpoint", "parts", "parts/rounds", "plots",
                                    "checkpoint ->", "plots ->", "manifest"])
+@pytest.mark.slow
 def test_overwrite_deletes_nothing_a_user_put_anywhere_in_a_run(
         where: str, scenario: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -329,6 +332,7 @@ def test_overwrite_deletes_nothing_a_user_put_anywhere_in_a_run(
     assert tree(out) == before and tree(outside) == mine
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_failed_run_with_its_checkpoint_parts_and_plots(
         scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, fresh = tmp_path / "run", tmp_path / "fresh"
@@ -610,6 +614,7 @@ def test_outputs_in_a_folder_that_refuses_writes_are_refused_before_any_is_writt
     assert not (out / "plots").exists() and list(read_only.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_run_with_its_reason_and_resume_finishes_it_unchanged(
         scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

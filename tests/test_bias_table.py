@@ -49,6 +49,7 @@ def write_paired_table(folder: Path) -> None:
     pl.DataFrame(rows).write_parquet(folder / "bias.parquet")
 
 
+@pytest.mark.slow
 def test_paired_differences_are_per_run_then_a_t_interval_over_seeds(tmp_path: Path) -> None:
     write_paired_table(tmp_path)
     out = bias_table(tmp_path, "--paired", "A,B", "--paired", "B,A", "--digits", "4")
@@ -63,6 +64,7 @@ def test_paired_differences_are_per_run_then_a_t_interval_over_seeds(tmp_path: P
         "| y | 3 | -0.0050 ± 0.0090 | +0.0050 ± 0.0090 |"]
 
 
+@pytest.mark.slow
 def test_paired_takes_the_pivot_quantity(tmp_path: Path) -> None:
     write_paired_table(tmp_path)  # bias = 2 · (E_online − Q_pop): differences doubled
     out = bias_table(tmp_path, "--paired", "A,B", "--pivot", "bias", "--digits", "4")
@@ -70,6 +72,7 @@ def test_paired_takes_the_pivot_quantity(tmp_path: Path) -> None:
     assert "| x | 3 | +0.0400 ± 0.0497 |" in out.stdout.splitlines()  # 2 · 0.02484 = 0.04968
 
 
+@pytest.mark.slow
 def test_paired_refuses_an_estimator_the_table_lacks(tmp_path: Path) -> None:
     write_paired_table(tmp_path)
     out = bias_table(tmp_path, "--paired", "A,C")
@@ -77,6 +80,7 @@ def test_paired_refuses_an_estimator_the_table_lacks(tmp_path: Path) -> None:
     assert "--paired: not in" in out.stderr and "C" in out.stderr
 
 
+@pytest.mark.slow
 def test_cohort_sizes_count_rounds_with_fewer_reports(tmp_path: Path) -> None:
     rows = [row("x", 0, "A", rnd, 0.1) | {"clients_per_round": 10} for rnd in range(5)]
     rows[3]["cohort_size"] = 12  # one round of five lost a report

@@ -103,6 +103,7 @@ def test_deltafl_theta_one_reproduces_fedavg(tmp_path: Path) -> None:
     assert (delta["t_s"] >= avg["t_s"]).all()
 
 
+@pytest.mark.slow
 def test_bad_key_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
     scenario = tmp_path / "bad.toml"
     scenario.write_text("[aggregator]\nname = \"deltafl\"\nthetta = 0.5\n")
@@ -115,6 +116,7 @@ def test_bad_key_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists() and not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_does_not_fail_the_run(tmp_path: Path) -> None:
     """``python -m simfl S.toml | head -1``: the run's outcome does not depend on who
     reads its output. Here nobody does (the pipe's read end is closed before the run

@@ -42,6 +42,7 @@ def simfl(folder: Path, env: dict[str, str], *args: str) -> None:
     ("mlp", "model.name", "mlp:mlp"),
     ("blobs", "data.dataset", "blobs:blobs"),
 ])
+@pytest.mark.slow
 def test_each_example_runs_outside_the_package_and_resumes_after_a_kill(
         tmp_path: Path, example: str, key: str, path: str) -> None:
     env = write_files(tmp_path)
@@ -59,6 +60,7 @@ def test_each_example_runs_outside_the_package_and_resumes_after_a_kill(
     assert_same_files(tmp_path / "results" / "killed", whole)
 
 
+@pytest.mark.slow
 def test_the_trimmed_mean_rule_runs_in_a_ray_sweep(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     env = write_files(tmp_path)

@@ -35,6 +35,7 @@ def cut(scenario_path: Path, out: Path, *seeds: int) -> subprocess.CompletedProc
                           capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_the_cut_file_gives_the_seeds_the_same_data_and_zeroes_the_other_writers(
     tmp_path: Path,
 ) -> None:
@@ -60,6 +61,7 @@ def test_the_cut_file_gives_the_seeds_the_same_data_and_zeroes_the_other_writers
                            load_data(cut_cfg, Streams(other)).train.x)
 
 
+@pytest.mark.slow
 def test_an_existing_out_file_is_left_alone_with_exit_status_2(tmp_path: Path) -> None:
     path, out = scenario(tmp_path), tmp_path / "mine.npz"
     out.write_bytes(b"a user's file")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -172,18 +173,21 @@ def test_the_base_scenario_is_valid_and_round_trips() -> None:
 
 @SETTINGS
 @given(mutated_tables())
+@pytest.mark.slow
 def test_mutated_tables_load_or_exit_2_with_one_line(table: dict[str, Any]) -> None:
     check(to_toml(table))
 
 
 @SETTINGS
 @given(mutated_texts())
+@pytest.mark.slow
 def test_mutated_text_loads_or_exits_2_with_one_line(text: str) -> None:
     check(text)
 
 
 @SETTINGS
 @given(OVERRIDES)
+@pytest.mark.slow
 def test_mutated_overrides_load_or_exit_2_with_one_line(overrides: list[str]) -> None:
     check(to_toml(BASE), overrides)
 
@@ -219,6 +223,7 @@ PATHOLOGICAL = st.fixed_dictionaries({}, optional={
 
 @settings(max_examples=25, deadline=None)
 @given(PATHOLOGICAL)
+@pytest.mark.slow
 def test_runtime_pathological_values_end_with_an_honest_status(values: dict[str, Any]) -> None:
     overrides = [f"{k}={toml_value(v)}" for k, v in values.items() if k != "async"]
     if "async" in values:

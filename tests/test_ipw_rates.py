@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.bench_scripts import bench_module
 from tests.conftest import requires_data
 
@@ -26,6 +28,7 @@ def test_the_joined_table_puts_each_seeds_value_in_its_place() -> None:
 
 
 @requires_data
+@pytest.mark.slow
 def test_the_table_in_bias_md_is_what_the_script_prints() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "ipw_rates.py"), "--days", "7",
                           "--strength", "1", "--seeds", "0", "1", "2"], cwd=ROOT, check=True,

@@ -31,6 +31,7 @@ def kept(variant: str, sweep: Path = KEPT) -> dict[int, dict[str, float]]:
 
 @pytest.mark.skipif(len(kept("fedavg")) < 2 or not kept("deltafl_0_5"),
                     reason="needs kept paper runs in docs/runs")
+@pytest.mark.slow
 def test_paper_table_cells_equal_the_kept_manifests() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "paper_table.py"),
@@ -50,6 +51,7 @@ BATCH32 = ROOT / "docs" / "runs" / "paper_linear_batch32"
 
 @pytest.mark.skipif(len(kept("fedavg")) < 2 or len(kept("fedavg", BATCH32)) < 2,
                     reason="needs kept paper runs in docs/runs")
+@pytest.mark.slow
 def test_a_second_sweeps_variant_of_the_same_name_is_kept_apart() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "paper_table.py"),
@@ -155,6 +157,7 @@ def cells(row: str) -> list[str]:
 
 
 @pytest.mark.parametrize("results", ["docs/runs", "docs/runs/h100"])
+@pytest.mark.slow
 def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -> None:
     """Every row bench/paper_table.py makes from the kept ConvNet runs (the CPU's and
     the H100's) stands in docs/reproduction.md with the same figures, rule to the

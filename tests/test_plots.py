@@ -145,6 +145,7 @@ def synthetic_run(run_dir: Path, seed: int = 0, with_availability: bool = False)
     return run_dir
 
 
+@pytest.mark.slow
 def test_plot_run_writes_every_figure_and_skips_missing_availability(tmp_path: Path) -> None:
     written = plot_run(synthetic_run(tmp_path / "run"))
     assert {p.name for p in written} == RUN_FIGURES
@@ -152,6 +153,7 @@ def test_plot_run_writes_every_figure_and_skips_missing_availability(tmp_path: P
     assert not (tmp_path / "run" / "plots" / "availability.png").exists()
 
 
+@pytest.mark.slow
 def test_plot_run_with_availability(tmp_path: Path) -> None:
     written = plot_run(synthetic_run(tmp_path / "run", with_availability=True))
     assert {p.name for p in written} == RUN_FIGURES | {"availability.png"}
@@ -182,6 +184,7 @@ def test_plot_run_says_on_stderr_what_it_skipped(tmp_path: Path,
     assert "error_vs_rounds.png" in err[0] and "round_durations.png" not in err[0]
 
 
+@pytest.mark.slow
 def test_plot_run_reports_nothing_when_every_figure_is_drawn(tmp_path: Path) -> None:
     lines: list[str] = []
     plot_run(synthetic_run(tmp_path / "run", with_availability=True), report=lines.append)
@@ -513,6 +516,7 @@ def test_error_vs_size_by_rule_draws_one_colour_per_rule() -> None:
     assert set(ax.get_legend_handles_labels()[1]) == {"fedavg", "deltafl"}
 
 
+@pytest.mark.slow
 def test_plot_refuses_a_bad_figure_suffix_or_a_plots_file_before_writing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Found before any figure is written: --compare with a suffix matplotlib cannot save,
@@ -533,6 +537,7 @@ def test_plot_refuses_a_bad_figure_suffix_or_a_plots_file_before_writing(
     assert (tmp_path / "cmp.svg").read_text().startswith("<?xml")
 
 
+@pytest.mark.slow
 def test_plot_level_says_when_the_bytes_to_reach_it_are_not_known_yet(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A stopped sync run has the evaluation of its last round before that round's row
@@ -658,6 +663,7 @@ def test_protocol_cost_writes_counts_as_integers_and_no_zero_sums() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["pdf", "svg"])
+@pytest.mark.slow
 def test_plot_format_writes_every_figure_in_that_format(
         tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     from simfl.cli import main
@@ -686,6 +692,7 @@ def test_plot_format_and_compare_suffix_must_agree(
     assert not (run / "plots").exists()
 
 
+@pytest.mark.slow
 def test_plot_redraws_a_runs_own_figures_and_nothing_else(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """plots/ is the run's, simfl's to redraw (no --overwrite); --compare's file is not."""

@@ -164,6 +164,7 @@ def test_the_version_is_the_providing_distributions() -> None:
     assert plugins.distribution_version("nosuchpackage:f") == "unknown"
 
 
+@pytest.mark.slow
 def test_the_manifest_records_a_decorated_rule_and_a_fresh_process_resolves_it(
         user_module: Path) -> None:
     import_module("myrules")

@@ -194,6 +194,7 @@ def baseline(scenario: Path) -> Path:
 # ---- determinism --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_whatever_the_global_rngs_other_seed_other_rows(
         scenario: Path, baseline: Path, tmp_path: Path) -> None:
     np.random.seed(12345)  # noqa: NPY002  (the global state the runs must ignore)
@@ -265,6 +266,7 @@ def assert_checkpointed_before(run_dir: Path, kill_round: int, baseline: Path) -
 # (kill, kill of the resumed run): before any checkpoint, then between two; at the round
 # right after a checkpoint, then in the last round
 @pytest.mark.parametrize("first, second", [(1, 5), (4, 8)])
+@pytest.mark.slow
 def test_sigkill_at_a_round_then_resume_gives_the_uninterrupted_files(
         scenario: Path, baseline: Path, tmp_path: Path, first: int, second: int) -> None:
     out = tmp_path / "run"
@@ -278,6 +280,7 @@ def test_sigkill_at_a_round_then_resume_gives_the_uninterrupted_files(
     assert_same_files(out, baseline)
 
 
+@pytest.mark.slow
 def test_sigkill_while_committing_a_checkpoint_resumes_from_the_previous_one(
         scenario: Path, baseline: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -461,6 +464,7 @@ def test_a_second_signal_stops_at_once_and_the_last_checkpoint_still_resumes(
     assert_same_files(out, baseline)
 
 
+@pytest.mark.slow
 def test_sigterm_in_a_long_round_stops_within_a_second_and_resumes_to_the_same_files(
         scenario: Path, baseline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -488,6 +492,7 @@ def test_sigterm_in_a_long_round_stops_within_a_second_and_resumes_to_the_same_f
     assert_same_files(out, baseline)
 
 
+@pytest.mark.slow
 def test_sigkill_while_the_finished_run_merges_its_tables_resumes_to_the_same_files(
         scenario: Path, baseline: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -524,6 +529,7 @@ def test_a_signal_while_the_tables_merge_waits_for_the_run_to_complete_a_second_
     assert_same_files(out, baseline)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_plots_from_its_parts(interrupted: Path, copy_of: Any) -> None:
     out = copy_of(interrupted)
     assert not (out / "rounds.parquet").exists()

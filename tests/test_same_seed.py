@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from tests.bench_scripts import BENCH, bench_module
 from tests.test_cli import SMALL
@@ -34,6 +35,7 @@ def test_a_device_near_the_estimate_that_changes_side_is_named() -> None:
                          "    device 2: aggregated at loss 3.000000 / filtered at loss 2.400000"]
 
 
+@pytest.mark.slow
 def test_two_runs_of_one_seed_on_one_machine_agree_to_the_bit(tmp_path: Path) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text(SMALL.format(seed=3, aggregator="deltafl", theta=0.5))

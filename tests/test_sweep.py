@@ -113,6 +113,7 @@ def test_bad_sweeps_stop_before_any_run(tmp_path: Path, text: str, message: str)
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> None:
     sweep = load_sweep(write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]")),
                        tmp_path / "results")
@@ -190,6 +191,7 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
                         & (pl.col("split") == "train"))["client_idx"].null_count() == 0
 
 
+@pytest.mark.slow
 def test_ray_backend_gives_the_sequential_files(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     text = SWEEP.replace("seeds = [0, 1]", "seeds = [3]").replace("[4, 6]", "[4]")
@@ -343,6 +345,7 @@ def test_sequential_sweep_shows_each_runs_progress(tmp_path: Path, quiet: bool,
     assert "[2/2] variant=diurnal,clients_per_round=4,seed=0: complete" in out
 
 
+@pytest.mark.slow
 def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     every_2 = '[set]\n"run.checkpoint_every" = 2\n[ray]'
@@ -416,6 +419,7 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     ("drop keys simfl gained later", True),  # the run predates model.bias and model.init
     ("another lr", False),
 ])
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_unless_its_scenario_changed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         edit: str, resumed: bool) -> None:
@@ -594,6 +598,7 @@ def test_a_bad_ray_value_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_ray_sweep_asking_more_than_the_cluster_has_stops_at_once(tmp_path: Path) -> None:
     """Ray would wait for ever for the CPUs no node has: exit 2 before any run, in seconds."""
     pytest.importorskip("ray")
@@ -623,6 +628,7 @@ def test_check_ray_fits_asks_no_more_than_one_node_has(
     check_ray_fits(sweep, [*nodes, {"CPU": 4.0, "GPU": 2.0}])  # a node it fits on
 
 
+@pytest.mark.slow
 def test_collect_replaces_its_own_files_and_no_one_elses(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -692,6 +698,7 @@ def _archive(folder: Path, spec: str = "study.toml") -> subprocess.CompletedProc
     ({"manifest.json": None, "notes.txt": b"mine"},  # None: the run's own manifest
      "holds 'notes.txt', which simfl did not write"),
 ])
+@pytest.mark.slow
 def test_archiving_refuses_a_run_folder_simfl_did_not_write(
         two_runs: Path, tmp_path: Path, mine: dict[str, bytes | None], why: str) -> None:
     """The second run's folder in --to holds what the archive did not write: the script
@@ -713,6 +720,7 @@ def test_archiving_refuses_a_run_folder_simfl_did_not_write(
 
 
 @pytest.mark.parametrize("name", sorted(TUNE_WROTE))
+@pytest.mark.slow
 def test_archiving_a_tuning_file_keeps_a_users_file_of_that_name(tmp_path: Path,
                                                                  name: str) -> None:
     """--to holds a tuning.md or chosen.toml that tune did not write: kept, exit 2, nothing
@@ -736,6 +744,7 @@ def test_archiving_a_tuning_file_keeps_a_users_file_of_that_name(tmp_path: Path,
     assert _listing(kept) == {n: t.encode() for n, t in TUNE_WROTE.items()}
 
 
+@pytest.mark.slow
 def test_archiving_again_replaces_the_earlier_archive(two_runs: Path, tmp_path: Path) -> None:
     """Archived again after seed 1 ran again (another manifest) and an archive interrupted
     there (a .tmp left): seed 1's copy is replaced, seed 0's left as it was."""

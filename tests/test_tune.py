@@ -40,6 +40,7 @@ def test_the_validation_split_holds_out_training_clients_and_sets_the_test_ones_
 
 
 @pytest.mark.parametrize("criterion", ["train_loss", "holdout_p90"])
+@pytest.mark.slow
 def test_tune_chooses_per_variant_and_writes_the_evidence(
         criterion: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -95,6 +96,7 @@ def test_a_failed_run_is_never_chosen(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "[set]" in result.chosen_file.read_text()
 
 
+@pytest.mark.slow
 def test_a_variant_whose_runs_all_failed_gets_no_choice(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
@@ -194,6 +196,7 @@ def test_bad_tuning_files(tmp_path: Path) -> None:
         tune(spec)
 
 
+@pytest.mark.slow
 def test_tune_reuses_archived_runs_on_a_new_machine(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/archive_runs.py keeps a tuning file's runs; ``tune(archived=...)`` on a machine

@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 import simfl
 
 TUTORIAL = Path(__file__).parents[1] / "docs" / "tutorial.md"
 
 
+@pytest.mark.slow
 def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
     blocks = re.findall(r"```bash\n(.*?)```", TUTORIAL.read_text(), re.S)
     assert len(blocks) >= 6

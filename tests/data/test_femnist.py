@@ -188,6 +188,7 @@ def real_path() -> Path:
 
 
 @requires_data
+@pytest.mark.slow
 def test_real_femnist_fifty_writers() -> None:
     data = load_data(
         DataConfig(dataset="femnist", min_samples_per_client=100, max_clients=50), Streams(3)
@@ -215,6 +216,7 @@ def test_real_femnist_fifty_writers() -> None:
 
 
 @requires_data
+@pytest.mark.slow
 def test_real_femnist_all_writers_with_100_samples() -> None:
     """The papers' FEMNIST filter over every writer (about 10-15 s and 3.4 GB here)."""
     writers = np.load(real_path())["writer"]
@@ -230,6 +232,7 @@ def test_real_femnist_all_writers_with_100_samples() -> None:
 
 
 @requires_data
+@pytest.mark.slow
 def test_the_paper_population_is_865_and_865_writers_drawn_from_the_seed(
         capsys: pytest.CaptureFixture[str]) -> None:
     """The papers (arXiv:2112.09429, App. C.1.1): writers with >= 100 images, a random half
@@ -295,6 +298,7 @@ MAIN_SOURCE = "zshuai8/FedGMM_ICML2023@5a626c8"
 
 
 @requires_data
+@pytest.mark.slow
 def test_the_main_source_copy_has_3268_writers() -> None:
     """data.sources on the real file (../shared/data/femnist's manifest: 3,268 writers of
     the main copy, 3,235 of them with more than 100 samples); reads the provenance

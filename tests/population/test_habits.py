@@ -47,6 +47,7 @@ def test_calibrated_logits_keep_the_population_mean_at_the_profile() -> None:
                                np.log(np.array(PROFILE) / (1 - np.array(PROFILE))))
 
 
+@pytest.mark.slow
 def test_every_device_is_online_with_its_own_probability_at_every_time() -> None:
     """Brute force: at 400 times over a week, the devices online in each propensity
     decile number what their own probabilities σ(g(u − φ_d) + z_d) sum to (z-scores of

@@ -365,6 +365,7 @@ horizon_s = 86400.0
 """
 
 
+@pytest.mark.slow
 def test_async_runs_are_deterministic_and_resume_to_the_same_files(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

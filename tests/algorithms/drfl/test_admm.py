@@ -29,6 +29,7 @@ def _gaps(problem: DRFLProblem, cfg: ADMMConfig, num_iters: int, every: int
     ("hinge", classification_clients(0.3), 2.0),
     ("huber", regression_clients(), 1.0),
 ])
+@pytest.mark.slow
 def test_objective_decreases_to_the_direct_optimum(name: str, clients: tuple, p: float) -> None:
     problem = DRFLProblem(clients, Loss(name), rho=0.1, kappa=1.0, theta=0.2, p=p)
     _, gaps = _gaps(problem, ADMMConfig(beta=1.0), 300, 50)
@@ -41,6 +42,7 @@ def _client_losses(loss: Loss, clients: tuple, theta: np.ndarray) -> np.ndarray:
     return np.array([mean_loss(loss, c.x, c.y, theta) for c in clients])
 
 
+@pytest.mark.slow
 def test_no_wasserstein_ball_and_a_large_weight_ball_is_afl() -> None:
     clients, loss = classification_clients(2.0), Loss("logistic")
     problem = DRFLProblem(clients, loss, rho=0.0, kappa=1.0, theta=2.0, p=1.0)  # Q = simplex
@@ -51,6 +53,7 @@ def test_no_wasserstein_ball_and_a_large_weight_ball_is_afl() -> None:
         _client_losses(loss, clients, afl).max(), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_no_wasserstein_ball_and_q_fixed_is_erm() -> None:
     clients, loss = classification_clients(2.0), Loss("logistic")
     problem = DRFLProblem(clients, loss, rho=0.0, kappa=1.0, theta=0.0, p=2.0)  # q = q_hat
@@ -74,6 +77,7 @@ def test_client_batch_updates_only_its_samples() -> None:
     assert lam >= np.abs(w[:-1]).max() - 1e-7  # lam >= L ||w||_inf, L = 1
 
 
+@pytest.mark.slow
 def test_sampled_batches_still_approach_the_optimum() -> None:
     problem = DRFLProblem(classification_clients(0.3), Loss("hinge"), rho=0.1, kappa=1.0,
                           theta=0.2)

@@ -144,6 +144,7 @@ def test_cross_validation_choice_averages_the_tuning_seeds_and_breaks_ties_in_gr
     assert chosen["wafl"]["rho"] == 0.1  # a tie: the first in grid order
 
 
+@pytest.mark.slow
 def test_tiny_study_end_to_end(tmp_path: Path) -> None:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY)
@@ -172,6 +173,7 @@ def test_the_papers_breast_cancer_set_is_wisconsin_original_scaled_to_the_box() 
     np.testing.assert_allclose((x + 1) / 2 * 9 + 1, np.round((x + 1) / 2 * 9 + 1))  # 1..10
 
 
+@pytest.mark.slow
 def test_drfl_out_replaces_only_the_studys_files_and_only_with_overwrite(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--out: a file, a folder with the user's files (even named as the study's), or with

@@ -16,6 +16,7 @@ from tests.algorithms.drfl.helpers import classification_clients, regression_cli
     ("hinge", classification_clients(0.3), 2.0),
     ("huber", regression_clients(), 1.0),
 ])
+@pytest.mark.slow
 def test_algorithm_1_reaches_the_direct_optimum(name: str, clients: tuple, p: float) -> None:
     problem = DRFLProblem(clients, Loss(name), rho=0.1, kappa=1.0, theta=0.2, p=p)
     optimum = solve_direct(problem).objective
@@ -34,6 +35,7 @@ def test_algorithm_1_reaches_the_direct_optimum(name: str, clients: tuple, p: fl
     assert np.abs(state.w_local - state.w).max() < 1e-3
 
 
+@pytest.mark.slow
 def test_algorithm_1_with_q_fixed_and_no_wasserstein_ball_is_erm() -> None:
     clients, loss = classification_clients(2.0), Loss("logistic")
     problem = DRFLProblem(clients, loss, rho=0.0, kappa=1.0, theta=0.0, p=2.0)

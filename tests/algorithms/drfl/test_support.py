@@ -105,6 +105,7 @@ def test_a_box_restricts_the_adversary(support: str) -> None:
 
 
 @pytest.mark.parametrize("support", sorted(BOXES))
+@pytest.mark.slow
 def test_direct_optimum_is_the_min_max_and_algorithm_1_reaches_it(support: str) -> None:
     problem = DRFLProblem(box_clients(support), Loss("hinge"), rho=0.1, kappa=1.0, theta=0.2,
                           support=support)

@@ -435,6 +435,7 @@ def test_the_bias_decomposition_adds_up_to_the_bias() -> None:
     assert cols["selection_bias"][tracking] == 0.0
 
 
+@pytest.mark.slow
 def test_the_sampling_term_matches_the_order_statistic_expectation() -> None:
     """i.i.d. unweighted losses: a random cohort of K of the N devices has the lower median
     at its ceil(K/2)-th order statistic, whose expectation over K-subsets is exact."""
