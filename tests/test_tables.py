@@ -12,6 +12,8 @@ import simfl
 from simfl.quantile.secagg import LOSS_REPORT
 from simfl.tables import sent
 
+pytestmark = pytest.mark.slow  # two whole runs
+
 SCENARIO = {
     "data": {"dataset": "synthetic", "synthetic": {"num_clients": 30}},
     "model": {"name": "linear"},
