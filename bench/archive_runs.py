@@ -49,10 +49,18 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from simfl.errors import InputError
-from simfl.rundir import FILE, MANIFEST, Layout, foreign_entry, is_run_manifest, manifest_or_empty
-from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
+from simfl.rundir import (
+    FILE,
+    MANIFEST,
+    TUNE_BEGINS,
+    Layout,
+    foreign_entry,
+    is_run_manifest,
+    manifest_or_empty,
+    written_by_tune,
+)
+from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep, load_tuning
 from simfl.tables import error_by_round, sent
-from simfl.tune import BEGINS, load_tuning, written_by_tune
 
 SUMMARY_KEYS = ("mean", "p90")
 # small tables, kept whole (devices.parquet: runs from 2026-11-28 on write it)
@@ -139,7 +147,7 @@ def plan_archive(sweep_path: str, to: Path, results: Path = Path("results")) -> 
                 and (dest / "eval_rounds.parquet").is_file()):  # before: left as it is
             continue
         runs.append(Archived(run, dest, manifest, text, _check_run_folder(dest)))
-    copies = [name for name in BEGINS if tuning and (sweep.out_dir / name).is_file()]
+    copies = [name for name in TUNE_BEGINS if tuning and (sweep.out_dir / name).is_file()]
     for name in copies:  # what tune wrote from them, replacing only an earlier copy
         path = to / sweep.name / name
         if (path.exists() or path.is_symlink()) and not written_by_tune(path):

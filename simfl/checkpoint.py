@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -54,6 +54,7 @@ from simfl.rundir import (
     CHECKPOINT_LAYOUT,
     JOURNAL_DIR,
     STATE_FILE,
+    checkpoint_record,
     remove_written,
     write_atomically,
 )
@@ -62,7 +63,6 @@ from simfl.train.evaluate import CohortEval
 
 # 3: the learner's state as plain data under named keys (Learner.state_dict), no object graph
 FORMAT = 3
-T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
 # write a checkpoint there) before the run stops from its last checkpoint instead.
@@ -114,27 +114,11 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
                       state["tables"], journal, state["journal_segments"], state["last_eval"])
 
 
-def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
-    """(rounds done, wall seconds worked) at the run's last checkpoint; None if it has
-    none. Reads only the state file (no journal, no replay)."""
-    return _read_state(run_dir, lambda s: (int(s["rounds_done"]), float(s["wall_s"])))
-
-
 def checkpoint_scenario(run_dir: Path) -> dict[str, Any] | None:
     """The scenario (as in the manifest) the run's last checkpoint was written with; None
     if it has no checkpoint, or one from before checkpoints kept it."""
-    return _read_state(run_dir, lambda s: s.get("scenario"))
-
-
-def _read_state(run_dir: Path, read: Callable[[dict[str, Any]], T]) -> T | None:
-    """``read`` of the run's checkpoint state, None without one; InputError if unreadable."""
-    path = run_dir / CHECKPOINT_DIR / STATE_FILE
-    if not path.is_file():
-        return None
-    try:
-        return read(torch.load(path, map_location="cpu", weights_only=False))
-    except (OSError, EOFError, KeyError, TypeError, pickle.UnpicklingError, RuntimeError) as e:
-        raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
+    state = checkpoint_record(run_dir)
+    return None if state is None else state.get("scenario")
 
 
 def checkpoint_rounds(every: int, num_rounds: int) -> range:

@@ -1,4 +1,5 @@
-"""Command line: argument parsing only; the work is in run.py, plots/, sweep.py, ...
+"""Command line: arguments, the commands' checks of their paths, their output lines and
+exit statuses; the work is in run.py, plots/, sweep/, tune.py, ...
 
     python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] [--overwrite] [--quiet]
     python -m simfl COMMAND ...   (python -m simfl --help lists the commands)
@@ -17,7 +18,6 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,6 +26,7 @@ from simfl.errors import InputError, RunFailed, RunInterrupted
 if TYPE_CHECKING:
     from simfl.population.build import Population
     from simfl.population.trace_stats import AvailabilityStats
+    from simfl.sweep import Sweep
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
@@ -638,54 +639,37 @@ def check_study_dir(out_dir: Path, overwrite: bool) -> None:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import (
-        BUSY,
-        collect,
-        is_complete,
-        kept_copy,
-        load_sweep,
-        other_scenarios,
-        run_statuses,
-        run_sweep,
-        sweep_progress,
-    )
+    from simfl.sweep import load_sweep, status_lines
 
     sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
-    if command == "sweep" and args.status:
-        where = run_statuses(sweep, args.archived)
-        for r in where.iter_rows(named=True):
-            wall = "" if r["wall_s"] is None else f"  {r['wall_s'] / 60:6.1f} min"
-            test = ("" if r["test_mean"] != r["test_mean"]  # NaN: no evaluation yet
-                    else f"  test mean {r['test_mean']:.3f} p90 {r['test_p90']:.3f}")
-            other = "" if r["changes"] is None else f"  another scenario: {r['changes']}"
-            _say(f"{r['run']}  {r['status']}  {r['rounds']}/{r['num_rounds']} rounds{wall}{test}"
-                 f"{other}")
-        _say(sweep_progress(sweep.name, where))
+    if command == "collect":
+        return _collect(sweep)
+    if args.status:
+        for line in status_lines(sweep, args.archived):
+            _say(line)
         return 0
-    if command == "sweep":
-        i, n = args.shard
-        again = f"continue with: python -m simfl sweep {args.sweep}"
-        share = sweep.runs[i::n]  # fixed by the sweep file: shards never share a run
-        runs = tuple(run for run in share if kept_copy(sweep, run, args.archived) is None)
-        if len(runs) < len(share):
-            _say(f"{sweep.name}: {len(share) - len(runs)} runs already archived in "
-                 f"{args.archived / sweep.name}")
-        try:
-            statuses = run_sweep(replace(sweep, runs=runs), args.backend,
-                                 progress=not args.quiet)
-        except RunInterrupted as e:
-            print(f"simfl: sweep {sweep.name}: {e}; {again}", file=sys.stderr)
-            return 128 + e.signum
-        except KeyboardInterrupt:
-            print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
-            return 130
-        busy = sum(s == BUSY for s in statuses.values())
-        if busy:
-            _say(f"{sweep.name}: {busy} runs left to the other processes working on them "
-                 f"(python -m simfl sweep {args.sweep} --status)")
-        return 0 if all(s.startswith("complete") or s == BUSY for s in statuses.values()) \
-            else 1
+    from simfl.sweep.execute import BUSY, finished, run_shard
+
+    again = f"continue with: python -m simfl sweep {args.sweep}"
+    try:
+        statuses = run_shard(sweep, args.shard, args.archived, args.backend, report=_say,
+                             progress=not args.quiet)
+    except RunInterrupted as e:
+        print(f"simfl: sweep {sweep.name}: {e}; {again}", file=sys.stderr)
+        return 128 + e.signum
+    except KeyboardInterrupt:
+        print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
+        return 130
+    busy = sum(s == BUSY for s in statuses.values())
+    if busy:
+        _say(f"{sweep.name}: {busy} runs left to the other processes working on them "
+             f"(python -m simfl sweep {args.sweep} --status)")
+    return 0 if finished(statuses) else 1
+
+
+def _collect(sweep: Sweep) -> int:
     from simfl.plots.study import plot_sweep
+    from simfl.sweep import collect, is_complete, other_scenarios
 
     check_plots_dir(sweep.out_dir)
     for line in other_scenarios(sweep, [run for run in sweep.runs if is_complete(run.run_dir)]):

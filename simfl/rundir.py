@@ -12,6 +12,11 @@ Torch-free, so the commands that only look at runs (``sweep --status``, ``collec
     plots/<figure>.<format>          RUN_PLOTS (simfl.plots.runs)
 
 A ``.tmp`` beside a file is its unfinished atomic write (:func:`write_atomically`).
+A sweep's folder, ``results/<sweep name>/``, holds its runs' directories and what
+``collect`` writes (``<table>.parquet``, ``plots/``: SWEEP_FIGURES), each file marked
+with COLLECT_MARK; a tuning's also what ``tune`` writes (TUNE_BEGINS: how each file
+begins). A checkpoint's progress (rounds done, wall seconds) is read here, without
+torch (:func:`checkpoint_progress`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pickle
 import re
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +51,17 @@ CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.pt"
 LOCK_FILE = "lock"
 JOURNAL_DIR = "journal"
+# What collect writes in a sweep's folder: its tables and these figures (in plots/, by
+# simfl.plots.study.plot_sweep), each carrying this mark, in a Parquet table's key-value
+# metadata or a PNG's text: collect replaces its own files and nothing else.
+SWEEP_FIGURES = ("protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
+                 "online_bias_vs_cohort.png", "decomposition_vs_cohort.png",
+                 "p90_vs_bytes_by_estimator.png")
+COLLECT_MARK = {"simfl": "collect"}
+# What tune writes in results/<tuning name>/, and how each file it wrote begins: a file
+# there that begins otherwise is not tune's, and tune refuses to replace or remove it.
+TUNE_REPORT, TUNE_CHOICE = "tuning.md", "chosen.toml"
+TUNE_BEGINS = {TUNE_REPORT: "# Tuning: ", TUNE_CHOICE: "# Chosen by python -m simfl tune "}
 
 # What simfl writes in a folder, as data: a name (a regular expression over the whole
 # name) maps to FILE or to the layout of a folder; a ".tmp" beside a file is its
@@ -83,6 +101,16 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def written_by_tune(path: Path) -> bool:
+    """Whether ``path`` is a tuning.md or chosen.toml that tune wrote (by how it begins)."""
+    begins = TUNE_BEGINS.get(path.name)
+    try:
+        return (begins is not None and path.is_file() and not path.is_symlink()
+                and path.read_text(errors="replace").startswith(begins))
+    except OSError:
+        return False
 
 
 def check_output_path(path: Path) -> None:
@@ -285,3 +313,66 @@ def run_locked(run_dir: Path) -> bool:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
     return False
+
+
+def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
+    """(rounds done, wall seconds worked) at the run's last checkpoint; None if it has
+    none; InputError if it cannot be read."""
+    state = checkpoint_record(run_dir)
+    if state is None:
+        return None
+    try:
+        return int(state["rounds_done"]), float(state["wall_s"])
+    except (KeyError, TypeError, ValueError) as e:
+        path = run_dir / CHECKPOINT_DIR / STATE_FILE
+        raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
+
+
+def checkpoint_record(run_dir: Path) -> dict[str, Any] | None:
+    """The run's last checkpoint state (``simfl.checkpoint``'s ``state.pt``: rounds done,
+    simulated time, wall seconds, scenario, ...) read without torch: its plain values
+    (numbers, strings, lists, dicts) as written, anything else (tensors, arrays, objects)
+    as a placeholder. None if the run has no checkpoint; InputError if it is unreadable."""
+    path = run_dir / CHECKPOINT_DIR / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:  # torch.save's format: a zip holding a pickle
+            name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+            with archive.open(name) as f:
+                state = _PlainUnpickler(f).load()
+        if not isinstance(state, dict):
+            raise TypeError(f"the state is a {type(state).__name__}, not a dict")
+        return state
+    except (OSError, EOFError, StopIteration, TypeError, ValueError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
+
+
+class _Opaque:
+    """What a checkpoint record reads in place of a value it does not need (a tensor, a
+    numpy array, a simfl object): made from anything, holding nothing."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain values and only them: no class is imported or called but the plain
+    containers; a tensor's storage (a torch zip's persistent id) is not read."""
+
+    # torch.save writes pickle protocol 2: builtins as "__builtin__", bytes by _codecs
+    PLAIN = {(module, name) for module in ("builtins", "__builtin__")
+             for name in ("set", "frozenset", "complex", "bytearray", "slice", "range",
+                          "object")}
+    PLAIN |= {("collections", "OrderedDict"), ("copyreg", "_reconstructor"),
+              ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(module, name) if (module, name) in self.PLAIN else _Opaque
+
+    def persistent_load(self, pid: Any) -> None:
+        return None

@@ -655,7 +655,9 @@ def flatten(table: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]
 
 def build_config(cls: type, table: Any, where: str, source: str) -> Any:
     """An instance of the config dataclass ``cls`` from a TOML table: unknown keys, wrong
-    types and values outside their checks are InputErrors naming ``where`` + the key."""
+    types and values outside their checks are InputErrors naming ``where`` + the key. A
+    field whose metadata has ``expects`` (what it takes, in words) reports either as
+    ``'key' = <the value as written> must be <expects>``."""
     if not isinstance(table, dict):
         raise InputError(f"{source}: [{where.rstrip('.')}] must be a table")
     hints = typing.get_type_hints(cls)
@@ -669,11 +671,16 @@ def build_config(cls: type, table: Any, where: str, source: str) -> Any:
     for f in dataclasses.fields(cls):
         if f.name not in table:
             continue
-        key = f"{where}{f.name}"
-        value = _convert(hints[f.name], table[f.name], key, source)
-        check = f.metadata.get("check")
-        if check is not None and not check[0](value):
-            raise InputError(f"{source}: '{key}' = {value!r} {check[1]}")
+        key, expects = f"{where}{f.name}", f.metadata.get("expects")
+        try:
+            value = _convert(hints[f.name], table[f.name], key, source)
+            check = f.metadata.get("check")
+            if check is not None and not check[0](value):
+                raise InputError(f"{source}: '{key}' = {value!r} {check[1]}")
+        except InputError:
+            if expects is None:
+                raise
+            raise InputError(f"{source}: '{key}' = {table[f.name]!r} must be {expects}") from None
         kwargs[f.name] = value
     return cls(**kwargs)
 

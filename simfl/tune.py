@@ -57,19 +57,16 @@ import polars as pl
 from simfl.errors import InputError
 from simfl.metrics import error_summary
 from simfl.records import read_table
-from simfl.rundir import manifest_or_empty, write_atomically
-from simfl.sweep import (
-    BUSY,
-    Sweep,
-    SweepRun,
-    is_complete,
-    read_toml,
-    run_sweep,
-    sweep_from_table,
-    toml_value,
+from simfl.rundir import (
+    TUNE_BEGINS,
+    TUNE_CHOICE,
+    TUNE_REPORT,
+    manifest_or_empty,
+    write_atomically,
+    written_by_tune,
 )
-
-DEFAULT_VALIDATION_FRACTION = 0.2
+from simfl.sweep import SweepRun, is_complete, load_tuning, toml_value
+from simfl.sweep.execute import BUSY, run_sweep
 
 
 def _train_loss(run_dir: Path) -> float:
@@ -100,23 +97,6 @@ class Tuning:
     chosen_file: Path | None  # chosen.toml; None when no variant was chosen
 
 
-def load_tuning(path: Path, results_dir: Path = Path("results")
-                ) -> tuple[Sweep, str, dict[str, object]]:
-    """(the sweep of the tuning file, its criterion, its grid); InputError on bad files."""
-    raw = read_toml(path, "tuning")
-    criterion = raw.pop("criterion", None)
-    if criterion not in CRITERIA:
-        raise InputError(f"{path}: 'criterion' must be one of {sorted(CRITERIA)}, "
-                         f"got {criterion!r}")
-    grid = raw.get("grid")
-    if not isinstance(grid, dict) or not grid:
-        raise InputError(f"{path}: [grid] with the candidate values is required")
-    if criterion == "holdout_p90":
-        common = raw.setdefault("set", {})
-        common.setdefault("data.validation_fraction", DEFAULT_VALIDATION_FRACTION)
-    return sweep_from_table(raw, path, results_dir), criterion, grid
-
-
 def tune(path: str | Path, backend: str = "auto", progress: bool = False,
          results_dir: Path = Path("results"), archived: Path | None = None) -> Tuning:
     """Run the tuning file's grid (runs already complete are reused, in ``results_dir``
@@ -136,7 +116,7 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
                           for run in sweep.runs], schema_overrides={"criterion": pl.Float64})
     chosen, unchosen = _choose(table, list(grid), keys)
     sweep.out_dir.mkdir(parents=True, exist_ok=True)  # absent when every run was archived
-    report, chosen_file = sweep.out_dir / REPORT, sweep.out_dir / CHOSEN
+    report, chosen_file = sweep.out_dir / TUNE_REPORT, sweep.out_dir / TUNE_CHOICE
     text = _markdown(path, criterion, table, keys, (chosen, unchosen), list(grid))
     write_atomically(report, lambda tmp: tmp.write_text(text))
     if not chosen:  # an earlier tuning's choice is not this evidence's
@@ -147,26 +127,10 @@ def tune(path: str | Path, backend: str = "auto", progress: bool = False,
     return Tuning(table, chosen, unchosen, report, chosen_file)
 
 
-# What tune writes in results/<name>/, and how each file it wrote begins: a file there
-# that begins otherwise is not tune's, and tune refuses to replace or remove it.
-REPORT, CHOSEN = "tuning.md", "chosen.toml"
-BEGINS = {REPORT: "# Tuning: ", CHOSEN: "# Chosen by python -m simfl tune "}
-
-
-def written_by_tune(path: Path) -> bool:
-    """Whether ``path`` is a tuning.md or chosen.toml that tune wrote (by how it begins)."""
-    begins = BEGINS.get(path.name)
-    try:
-        return (begins is not None and path.is_file() and not path.is_symlink()
-                and path.read_text(errors="replace").startswith(begins))
-    except OSError:
-        return False
-
-
 def _check_outputs(out_dir: Path) -> None:
     """InputError, before any run, if ``out_dir`` holds a tuning.md or chosen.toml that
     tune did not write."""
-    for path in (out_dir / name for name in BEGINS):
+    for path in (out_dir / name for name in TUNE_BEGINS):
         if (path.exists() or path.is_symlink()) and not written_by_tune(path):
             raise InputError(f"{path}: not written by simfl tune, and tune would replace it; "
                              f"move it, or give the tuning another name")
@@ -211,9 +175,9 @@ def _markdown(path: Path, criterion: str, table: pl.DataFrame, keys: list[str],
               choice: tuple[dict[str, dict[str, object]], dict[str, str]],
               grid_keys: list[str]) -> str:
     chosen, unchosen = choice
-    lines = [f"{BEGINS[REPORT]}{path}", "", f"Criterion: `{criterion}` at the last evaluation "
-             "(lower is better; a failed run counts as inf; –: not complete). Mean over "
-             "seeds.", ""]
+    lines = [f"{TUNE_BEGINS[TUNE_REPORT]}{path}", "",
+             f"Criterion: `{criterion}` at the last evaluation (lower is better; a failed run "
+             "counts as inf; –: not complete). Mean over seeds.", ""]
     seeds = sorted(table["seed"].unique().to_list())
     for variant in sorted(table["variant"].unique().to_list()):
         lines += [f"## {variant or 'all runs'}", "",
@@ -242,7 +206,7 @@ def _cell(value: float | None) -> str:
 
 
 def _chosen_toml(path: Path, criterion: str, chosen: dict[str, dict[str, object]]) -> str:
-    lines = [f"{BEGINS[CHOSEN]}{path} (criterion {criterion}).",
+    lines = [f"{TUNE_BEGINS[TUNE_CHOICE]}{path} (criterion {criterion}).",
              "# A sweep takes these with include = [\"<path to this file>\"]."]
     for variant, values in chosen.items():
         lines.append(f"[variants.{variant}]" if variant else "[set]")

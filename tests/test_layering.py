@@ -52,7 +52,7 @@ FORBIDDEN = {
                   "simfl.plots"),
     "checkpoint.py": ("simfl.run", "simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots"),
     "run.py": ("simfl.sweep", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
-    "sweep.py": ("torch", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
+    "sweep": ("torch", "simfl.tune", "simfl.cli", "simfl.plots", "simfl.algorithms"),
     "tune.py": ("torch", "simpy", "simfl.cli", "simfl.plots", "simfl.algorithms"),
     "api.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.cli", "simfl.sweep",
                "simfl.tune"),

@@ -22,16 +22,15 @@ from simfl.plots.study import plot_sweep
 from simfl.run import scenario_sha256
 from simfl.rundir import run_lock
 from simfl.sweep import (
-    BUSY,
     SWEEP_FIGURES,
     check_ray_fits,
     collect,
     is_complete,
     load_sweep,
     run_statuses,
-    run_sweep,
     sweep_progress,
 )
+from simfl.sweep.execute import BUSY, run_sweep
 from simfl.tables import error_by_round, sent
 from simfl.train.learner import Learner
 
@@ -245,11 +244,11 @@ def test_estimators_end_to_end(tmp_path: Path) -> None:
 def test_shards_split_the_runs_between_processes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import simfl.sweep
+    import simfl.sweep.execute
 
     path = write(tmp_path)
     seen: list[list[str]] = []
-    monkeypatch.setattr(simfl.sweep, "run_sweep", lambda sweep, backend, progress: seen.append(
+    monkeypatch.setattr(simfl.sweep.execute, "run_sweep", lambda sweep, *_, **__: seen.append(
         [r.run_id for r in sweep.runs]) or {})
     for shard in ("0/3", "1/3", "2/3"):
         assert main(["sweep", str(path), "--shard", shard]) == 0
@@ -267,7 +266,7 @@ def test_archived_runs_are_skipped_within_a_fixed_shard(tmp_path: Path,
     """A shard's runs depend on the sweep file only: a shard started after another shard's
     first runs were archived must not take the other shard's runs (two processes would
     then work on one run)."""
-    import simfl.sweep
+    import simfl.sweep.execute
 
     path = write(tmp_path)
     every = [r.run_id for r in load_sweep(path).runs]
@@ -278,7 +277,7 @@ def test_archived_runs_are_skipped_within_a_fixed_shard(tmp_path: Path,
         (archive / "study" / run_id / "manifest.json").write_text(
             json.dumps({"status": status}))
     seen: list[list[str]] = []
-    monkeypatch.setattr(simfl.sweep, "run_sweep", lambda sweep, backend, progress: seen.append(
+    monkeypatch.setattr(simfl.sweep.execute, "run_sweep", lambda sweep, *_, **__: seen.append(
         [r.run_id for r in sweep.runs]) or {})
     for shard in ("0/2", "1/2"):
         assert main(["sweep", str(path), "--archived", str(archive), "--shard", shard]) == 0
@@ -294,7 +293,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
     skipped and left as it is, also when the other process takes it between the look at
     its lock and the start; a run another process finished after this one listed its runs
     is not run again."""
-    import simfl.sweep
+    import simfl.sweep.execute
     from simfl.errors import RunBusy
 
     monkeypatch.chdir(tmp_path)
@@ -303,7 +302,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
     held.run_dir.mkdir(parents=True)  # what the other process has written so far
     (held.run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
     (held.run_dir / "rounds.parquet").write_bytes(b"the other process's rounds")
-    real = simfl.sweep._run_one
+    real = simfl.sweep.execute._run_one
     ran: list[Path] = []
 
     def other_process(scenario: Path, overrides: tuple[str, ...], run_dir: Path,
@@ -315,7 +314,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
             raise RunBusy(f"{run_dir}: another process is working on this run")
         return real(scenario, overrides, run_dir, progress)
 
-    monkeypatch.setattr(simfl.sweep, "_run_one", other_process)
+    monkeypatch.setattr(simfl.sweep.execute, "_run_one", other_process)
     with run_lock(held.run_dir):  # the other process is working on the first run
         assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
     assert ran == [raced.run_dir, free.run_dir]
@@ -553,7 +552,7 @@ def test_a_run_folder_holding_a_users_file_stops_the_sweep_before_any_run(
     """The third run's folder holds a file simfl did not write: the sweep runs nothing
     (not the first two runs either), names the folder and the file, and does not tell the
     user about an --overwrite that a sweep does not have."""
-    import simfl.sweep
+    import simfl.sweep.execute
 
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]"))
@@ -561,7 +560,7 @@ def test_a_run_folder_holding_a_users_file_stops_the_sweep_before_any_run(
     third.mkdir(parents=True)
     (third / "notes.txt").write_text("my notes")
     ran: list[Path] = []
-    monkeypatch.setattr(simfl.sweep, "_run_one", lambda scenario, overrides, run_dir,
+    monkeypatch.setattr(simfl.sweep.execute, "_run_one", lambda scenario, overrides, run_dir,
                         progress: ran.append(run_dir) or "complete")
     before = _listing(tmp_path)
     assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 2

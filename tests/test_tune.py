@@ -20,7 +20,8 @@ from simfl.errors import InputError
 from simfl.rundir import run_lock
 from simfl.scenario import DataConfig
 from simfl.sweep import load_sweep
-from simfl.tune import load_tuning, tune
+from simfl.sweep.spec import TUNING_CRITERIA
+from simfl.tune import CRITERIA, load_tuning, tune
 from tests.test_bad_input import SCENARIO as TINY
 from tests.test_sweep import ROOT
 
@@ -194,6 +195,10 @@ def test_bad_tuning_files(tmp_path: Path) -> None:
     spec.write_text('scenario = "tiny.toml"\ncriterion = "train_loss"\n')
     with pytest.raises(InputError, match=r"\[grid\]"):
         tune(spec)
+
+
+def test_the_tuning_files_criteria_are_those_tune_computes() -> None:
+    assert sorted(CRITERIA) == sorted(TUNING_CRITERIA)
 
 
 @pytest.mark.slow

@@ -30,8 +30,7 @@ from matplotlib.ticker import NullFormatter
 from simfl.plots import new_axes, save_figure
 from simfl.plots.runs import P90_LABEL, byte_unit, skip_lines, with_format
 from simfl.records import read_table, table_exists
-from simfl.rundir import PLOTS_DIR
-from simfl.sweep import COLLECT_MARK, SWEEP_FIGURES
+from simfl.rundir import COLLECT_MARK, PLOTS_DIR, SWEEP_FIGURES
 from simfl.tables import tail_vs_bytes
 
 RUN_KEYS = ("run_id",)
