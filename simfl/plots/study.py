@@ -381,31 +381,7 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
     """Test p90 error vs cumulative bytes, a line per driving estimator (and cohort size,
     where the sweep varies it), averaged over the runs (seeds) of each; in panels by θ, and
     by variant unless the variants are the drivers (:func:`_panel_grid`)."""
-    drivers = bias.filter(pl.col("driver")).group_by("run_id").agg(pl.col("estimator").first())
-    lines = []
-    for (run_id,), run_rounds in rounds.group_by(["run_id"]):
-        test = tail_vs_bytes(ev.filter(pl.col("run_id") == run_id), run_rounds)
-        lines.append(test.with_columns(pl.lit(run_id).alias("run_id")))
-    table = pl.concat(lines).join(drivers, on="run_id", how="left").with_columns(
-        pl.col("estimator").fill_null("none (no filter)"))
-    # runs that differ in a sweep axis other than the seed are different lines or panels
-    axes = [c for c in ("variant", "clients_per_round", "theta") if c in rounds.columns
-            and rounds[c].n_unique() > 1]
-    axis_of = rounds.group_by("run_id").agg(pl.col(a).first() for a in axes)
-    by_driver = table["estimator"].n_unique() > 1  # then variants are drivers: lines
-    in_line = [a for a in axes if a == "clients_per_round" or (a == "variant" and by_driver)]
-    name = pl.col("variant") if "variant" in in_line else pl.col("estimator")
-    table = table.join(axis_of, on="run_id", how="left").with_columns(
-        pl.concat_str([name, *(pl.format(f", {a} {{}}", pl.col(a))
-                               for a in in_line if a != "variant")]).alias("line"))
-    divisor, unit = byte_unit(float(table["bytes_cum"].to_numpy().max(initial=0.0)))
-    keys = [c for c in ("variant", "theta") if c in axes and c not in in_line]
-    # the seeds of a line at each evaluation round: mean and sd of bytes and p90
-    frame = table.group_by(*keys, "line", "round").agg(
-        (pl.col("bytes_cum").mean() / divisor).alias("traffic"),
-        (pl.col("bytes_cum").std() / divisor).fill_null(0.0).alias("traffic_sd"),
-        pl.col("p90").mean(), pl.col("p90").std().fill_null(0.0).alias("p90_sd"),
-    ).sort("round").to_pandas()
+    frame, unit = _tail_lines(rounds, ev, bias)
     labels = sorted(frame["line"].unique())
     colour = dict(zip(labels, sns.color_palette(n_colors=len(labels)), strict=True))
     fig, panels = _panel_grid(frame, "traffic", 5.6, _sweep_order(rounds))
@@ -430,6 +406,38 @@ def plot_tail_vs_bytes_by_estimator(rounds: pl.DataFrame, ev: pl.DataFrame,
                  + ("\nthe untrained model's error, at zero bytes, is above the frame"
                     if clipped else ""))
     return fig
+
+
+def _tail_lines(rounds: pl.DataFrame, ev: pl.DataFrame, bias: pl.DataFrame
+                ) -> tuple[pd.DataFrame, str]:
+    """The lines of :func:`plot_tail_vs_bytes_by_estimator`: per ``line`` (its label),
+    panel (``variant``, ``theta``) and evaluation round, the mean and sd over seeds of the
+    cumulative bytes (``traffic``, ``traffic_sd``, in the returned unit) and of the p90."""
+    drivers = bias.filter(pl.col("driver")).group_by("run_id").agg(pl.col("estimator").first())
+    lines = []
+    for (run_id,), run_rounds in rounds.group_by(["run_id"]):
+        test = tail_vs_bytes(ev.filter(pl.col("run_id") == run_id), run_rounds)
+        lines.append(test.with_columns(pl.lit(run_id).alias("run_id")))
+    table = pl.concat(lines).join(drivers, on="run_id", how="left").with_columns(
+        pl.col("estimator").fill_null("none (no filter)"))
+    # runs that differ in a sweep axis other than the seed are different lines or panels
+    axes = [c for c in ("variant", "clients_per_round", "theta") if c in rounds.columns
+            and rounds[c].n_unique() > 1]
+    axis_of = rounds.group_by("run_id").agg(pl.col(a).first() for a in axes)
+    by_driver = table["estimator"].n_unique() > 1  # then variants are drivers: lines
+    in_line = [a for a in axes if a == "clients_per_round" or (a == "variant" and by_driver)]
+    name = pl.col("variant") if "variant" in in_line else pl.col("estimator")
+    table = table.join(axis_of, on="run_id", how="left").with_columns(
+        pl.concat_str([name, *(pl.format(f", {a} {{}}", pl.col(a))
+                               for a in in_line if a != "variant")]).alias("line"))
+    divisor, unit = byte_unit(float(table["bytes_cum"].to_numpy().max(initial=0.0)))
+    keys = [c for c in ("variant", "theta") if c in axes and c not in in_line]
+    frame = table.group_by(*keys, "line", "round").agg(
+        (pl.col("bytes_cum").mean() / divisor).alias("traffic"),
+        (pl.col("bytes_cum").std() / divisor).fill_null(0.0).alias("traffic_sd"),
+        pl.col("p90").mean(), pl.col("p90").std().fill_null(0.0).alias("p90_sd"),
+    ).sort("round").to_pandas()
+    return frame, unit
 
 
 def _sweep_figures(out_dir: Path, bias: pl.DataFrame
