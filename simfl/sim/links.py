@@ -127,6 +127,102 @@ class _Constrained:
         flow.slot = -1
         return remaining
 
+    def refill(self, load: _LinkLoad, path_links: list[tuple[int, ...]]) -> None:
+        """Max-min fair rates over the congested links of ``load`` (``path_links``: the
+        shared links of each path id), and the finish times they give."""
+        n = self.size
+        if n == 0:
+            return
+        congested = sorted(load.congested)
+        table = np.array([[link in links for link in congested] for links in path_links],
+                         dtype=bool).reshape(len(path_links), len(congested))
+        capacity = np.array([load.capacity[link] for link in congested])
+        self.rate[:n] = max_min_rates(self.cap[:n], table[self.path_id[:n]], capacity)
+        self.finish_s[:n] = self.synced_s + self.remaining[:n] / self.rate[:n]
+
+    def next_s(self) -> float:
+        """The earliest finish time (inf without a row)."""
+        n = self.size
+        return float(self.finish_s[:n].min()) if n else math.inf
+
+    def due(self, until_s: float) -> list[_Flow]:
+        """The transfers that finish at or before ``until_s`` (still in their rows)."""
+        if not self.flows:
+            return []
+        return [self.flows[i] for i in np.flatnonzero(self.finish_s[:self.size] <= until_s)]
+
+
+class _Free:
+    """Transfers crossing no over-subscribed link, each at its access rate: their
+    projected completions in a heap, whose entry goes stale when the transfer's version
+    moves on (it was constrained, or its completion was taken)."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int, _Flow]] = []
+        self.seq = itertools.count()
+
+    def run(self, flow: _Flow, remaining_bytes: float, now: float) -> None:
+        """Run a transfer at its access rate from ``now``; its completion goes on the heap."""
+        flow.remaining_bytes, flow.rate, flow.t_update_s = remaining_bytes, flow.cap, now
+        flow.version += 1
+        finish_s = now + remaining_bytes / flow.cap
+        heapq.heappush(self.heap, (finish_s, next(self.seq), flow.version, flow))
+
+    @staticmethod
+    def _valid(entry: tuple[float, int, int, _Flow]) -> bool:
+        flow = entry[3]
+        return flow.slot < 0 and entry[2] == flow.version
+
+    def next_s(self) -> float:
+        """The earliest completion (inf without one), stale entries dropped."""
+        while self.heap and not self._valid(self.heap[0]):
+            heapq.heappop(self.heap)
+        return self.heap[0][0] if self.heap else math.inf
+
+    def pop_due(self, until_s: float) -> list[_Flow]:
+        """The transfers whose completion is at or before ``until_s``, taken off the heap."""
+        due = []
+        while self.heap and self.heap[0][0] <= until_s:
+            entry = heapq.heappop(self.heap)
+            if self._valid(entry):
+                due.append(entry[3])
+        return due
+
+
+class _LinkLoad:
+    """The active transfers on each shared link and their demand (the sum of their access
+    rates); a link whose demand exceeds its capacity is congested (over-subscribed)."""
+
+    def __init__(self, capacity: list[float]) -> None:
+        self.capacity = capacity
+        self.demand = [0.0] * len(capacity)
+        self.members: list[set[_Flow]] = [set() for _ in capacity]
+        self.congested: set[int] = set()
+
+    def crosses_congested(self, flow: _Flow) -> bool:
+        return any(link in self.congested for link in flow.links)
+
+    def change(self, flow: _Flow, sign: float) -> tuple[list[int], list[int]]:
+        """Add (``sign`` +1) or remove (-1) a transfer; returns (links now congested, links
+        relieved)."""
+        became, relieved = [], []
+        for link in flow.links:
+            if sign > 0:
+                self.members[link].add(flow)
+                self.demand[link] += flow.cap
+            else:
+                self.members[link].discard(flow)
+                self.demand[link] = (self.demand[link] - flow.cap
+                                     if self.members[link] else 0.0)
+            over = self.demand[link] > self.capacity[link] * _OVERLOAD
+            if over and link not in self.congested:
+                self.congested.add(link)
+                became.append(link)
+            elif not over and link in self.congested:
+                self.congested.discard(link)
+                relieved.append(link)
+        return became, relieved
+
 
 class LinkSharing:
     """Concurrent transfers on the network of ``paths``, in ``env``'s simulated time.
@@ -139,17 +235,12 @@ class LinkSharing:
     def __init__(self, env: simpy.Environment, paths: NetworkPaths) -> None:
         self._env = env
         self._paths = paths
-        self._capacity = [float(c) for c in paths.link_capacity_bytes_per_s]
-        num_links = len(self._capacity)
-        self._demand = [0.0] * num_links  # sum of the caps of the active transfers
-        self._members: list[set[_Flow]] = [set() for _ in range(num_links)]
-        self._congested: set[int] = set()
+        self._load = _LinkLoad([float(c) for c in paths.link_capacity_bytes_per_s])
         self._path_links = [paths.region_links[direction][r]
                             for r in range(len(paths.region_links["up"]))
                             for direction in DIRECTIONS]
         self._region_latency_s = {d: paths.region_latency_s[d].tolist() for d in DIRECTIONS}
-        self._heap: list[tuple[float, int, int, _Flow]] = []
-        self._seq = itertools.count()
+        self._free = _Free()
         self._constrained = _Constrained()
         self._timer: simpy.Event | None = None
         self._timer_at_s = math.inf
@@ -174,9 +265,6 @@ class LinkSharing:
             self._begin(flow)
         return done
 
-    def _crosses_congested(self, flow: _Flow) -> bool:
-        return any(link in self._congested for link in flow.links)
-
     def _begin(self, flow: _Flow) -> None:
         now = self._env.now
         if flow.remaining_bytes <= 0:
@@ -184,38 +272,18 @@ class LinkSharing:
             return
         flow.t_update_s = now
         self.num_active += 1
-        became, _ = self._change_demand(flow, +1.0)
-        if not became and not self._crosses_congested(flow):
-            self._free(flow, flow.remaining_bytes)
+        became, _ = self._load.change(flow, +1.0)
+        if not became and not self._load.crosses_congested(flow):
+            self._free.run(flow, flow.remaining_bytes, now)
         else:
             self._constrained.sync(now)
             for link in became:
-                for other in self._members[link]:
+                for other in self._load.members[link]:
                     if other.slot < 0 and other is not flow:
                         self._constrain(other)
             self._constrain(flow)
             self._refill()
         self._arm_timer()
-
-    def _change_demand(self, flow: _Flow, sign: float) -> tuple[list[int], list[int]]:
-        """Add or remove a transfer; returns (links now over-subscribed, links relieved)."""
-        became, relieved = [], []
-        for link in flow.links:
-            if sign > 0:
-                self._members[link].add(flow)
-                self._demand[link] += flow.cap
-            else:
-                self._members[link].discard(flow)
-                self._demand[link] = (self._demand[link] - flow.cap
-                                      if self._members[link] else 0.0)
-            over = self._demand[link] > self._capacity[link] * _OVERLOAD
-            if over and link not in self._congested:
-                self._congested.add(link)
-                became.append(link)
-            elif not over and link in self._congested:
-                self._congested.discard(link)
-                relieved.append(link)
-        return became, relieved
 
     def _constrain(self, flow: _Flow) -> None:
         """Move a free (or new, rate 0) transfer into the constrained rows."""
@@ -223,42 +291,18 @@ class LinkSharing:
         flow.version += 1
         self._constrained.add(flow, flow.remaining_bytes - flow.rate * (now - flow.t_update_s))
 
-    def _free(self, flow: _Flow, remaining_bytes: float) -> None:
-        """Run a transfer at its access rate from now; its completion goes on the heap."""
-        now = self._env.now
-        flow.remaining_bytes, flow.rate, flow.t_update_s = remaining_bytes, flow.cap, now
-        flow.version += 1
-        finish_s = now + remaining_bytes / flow.cap
-        heapq.heappush(self._heap, (finish_s, next(self._seq), flow.version, flow))
-
     def _release(self, relieved: list[int]) -> None:
         for link in relieved:
-            for flow in list(self._members[link]):
-                if flow.slot >= 0 and not self._crosses_congested(flow):
-                    self._free(flow, self._constrained.remove(flow))
+            for flow in list(self._load.members[link]):
+                if flow.slot >= 0 and not self._load.crosses_congested(flow):
+                    self._free.run(flow, self._constrained.remove(flow), self._env.now)
 
     def _refill(self) -> None:
         """Max-min fair rates of the constrained transfers over the over-subscribed links."""
-        rows, n = self._constrained, self._constrained.size
-        if n == 0:
-            return
-        congested = sorted(self._congested)
-        table = np.array([[link in links for link in congested] for links in self._path_links],
-                         dtype=bool).reshape(len(self._path_links), len(congested))
-        capacity = np.array([self._capacity[link] for link in congested])
-        rows.rate[:n] = max_min_rates(rows.cap[:n], table[rows.path_id[:n]], capacity)
-        rows.finish_s[:n] = rows.synced_s + rows.remaining[:n] / rows.rate[:n]
-
-    def _valid(self, entry: tuple[float, int, int, _Flow]) -> bool:
-        flow = entry[3]
-        return flow.slot < 0 and entry[2] == flow.version
+        self._constrained.refill(self._load, self._path_links)
 
     def _next_completion_s(self) -> float:
-        while self._heap and not self._valid(self._heap[0]):
-            heapq.heappop(self._heap)
-        t_heap = self._heap[0][0] if self._heap else math.inf
-        n = self._constrained.size
-        return min(t_heap, float(self._constrained.finish_s[:n].min()) if n else math.inf)
+        return min(self._free.next_s(), self._constrained.next_s())
 
     def _arm_timer(self) -> None:
         t_next = self._next_completion_s()
@@ -269,16 +313,7 @@ class LinkSharing:
         self._timer.callbacks.append(self._on_timer)
 
     def _pop_due(self, now: float) -> list[_Flow]:
-        due = []
-        while self._heap and self._heap[0][0] <= now + _TIME_EPS_S:
-            entry = heapq.heappop(self._heap)
-            if self._valid(entry):
-                due.append(entry[3])
-        rows = self._constrained
-        if rows.flows:
-            for i in np.flatnonzero(rows.finish_s[:rows.size] <= now + _TIME_EPS_S):
-                due.append(rows.flows[i])
-        return due
+        return self._free.pop_due(now + _TIME_EPS_S) + self._constrained.due(now + _TIME_EPS_S)
 
     def _on_timer(self, event: simpy.Event) -> None:
         if event is not self._timer:
@@ -295,7 +330,7 @@ class LinkSharing:
                 self._constrained.remove(flow)
                 refill = True
             self.num_active -= 1
-            _, relieved = self._change_demand(flow, -1.0)
+            _, relieved = self._load.change(flow, -1.0)
             self._release(relieved)
             refill = refill or bool(relieved)
         if refill:
