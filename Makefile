@@ -25,16 +25,22 @@ run: $(BIN)/simfl-installed
 	$(BIN)/python -m simfl plot results/demo_synthetic results/demo_synthetic_fedavg \
 		--compare results/demo_synthetic_vs_fedavg.png --overwrite
 
+# Tests run in one process per core (pytest-xdist; TEST_WORKERS=0: in this one), a test
+# file's tests in the same process (its module fixtures are built once), one torch
+# thread each.
+TEST_WORKERS ?= auto
+PYTEST  := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 test: $(BIN)/simfl-installed
 	$(BIN)/ruff check simfl tests bench
 	$(BIN)/mypy simfl bench
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The inner loop: ruff and every test not marked slow (whole runs, sweeps, subprocesses,
 # the docs' commands); `make test`, as CI runs it, includes them.
 test-fast: $(BIN)/simfl-installed
 	$(BIN)/ruff check simfl tests bench
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: $(BIN)/simfl-installed
 	$(BIN)/python bench/train_cohort.py
