@@ -26,10 +26,11 @@ run: $(BIN)/simfl-installed
 		--compare results/demo_synthetic_vs_fedavg.png --overwrite
 
 # Tests run in one process per core (pytest-xdist; TEST_WORKERS=0: in this one), a test
-# file's tests in the same process (its module fixtures are built once), one torch
-# thread each.
+# file's tests in the same process (its module fixtures are built once), the files handed
+# out in tests/conftest.py's order (the longest first), one torch thread each.
 TEST_WORKERS ?= auto
-PYTEST  := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+PYTEST  := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope \
+	--no-loadscope-reorder
 
 test: $(BIN)/simfl-installed
 	$(BIN)/ruff check simfl tests bench
