@@ -2,7 +2,7 @@
 
     SIMFL_DATA_DIR=../shared/data python bench/recency.py --theta 0.1 --regions random \
         --seeds 0 1 2 [--scenario scenarios/diurnal_emnist.toml] [--k 50] [--rounds 150] \
-        [--fresh 1] [--window 6] [--draws 200] [--reuse]
+        [--fresh 1] [--window 6] [--draws 200] [--reuse] [--set KEY=VALUE ...] [--label L]
 
 docs/bias.md splits the bias of the Δ-FL threshold into sampling, availability and
 selection terms; the availability term is E_online − E_all, the estimator's mean on
@@ -81,9 +81,9 @@ def _run(args: argparse.Namespace, seed: int) -> tuple[Path, list[BiasRound]]:
                  f'population.region_assignment="{args.regions}"']
     if args.regions == "covariate":
         overrides += ['population.covariate="digit_share"', "population.covariate_strength=1.0"]
-    scenario = load_scenario(args.scenario, overrides)
-    run_dir = (args.out / f"{args.scenario.stem}_{args.regions}_k{args.k}_theta{args.theta:g}"
-               / f"seed={seed}")
+    scenario = load_scenario(args.scenario, overrides + args.set)
+    label = args.label or args.scenario.stem
+    run_dir = args.out / f"{label}_{args.regions}_k{args.k}_theta{args.theta:g}" / f"seed={seed}"
     if args.reuse:
         return run_dir, _load(run_dir)
     kept: list[BiasRound] = []
@@ -208,6 +208,11 @@ def main() -> None:
                              "previous openings")
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("results/recency"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a further scenario override (repeatable), e.g. "
+                             "population.availability.mode=\"habits\"")
+    parser.add_argument("--label", help="the run folders' prefix (default: the scenario's "
+                                        "stem); name it when --set changes the scenario")
     parser.add_argument("--reuse", action="store_true",
                         help="analyse the rounds an earlier run saved (recency.npz)")
     args = parser.parse_args()
@@ -220,8 +225,8 @@ def main() -> None:
 
 def _print(args: argparse.Namespace, window: int, per_seed: list[dict[str, float]]) -> None:
     keys = list(per_seed[0])
-    print(f"\n{args.scenario}, regions {args.regions}, θ = {args.theta:g}, K = {args.k}, "
-          f"{args.rounds} rounds, fresh = "
+    print(f"\n{args.scenario} {' '.join(args.set)}, regions {args.regions}, "
+          f"θ = {args.theta:g}, K = {args.k}, {args.rounds} rounds, fresh = "
           f"offline at the {args.fresh} previous openings, aggregated = in the {window} rounds "
           f"before, {args.draws} draws per pool")
     print("| seed | " + " | ".join(keys) + " |")
