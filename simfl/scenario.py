@@ -83,6 +83,11 @@ class SyntheticConfig:
     # plus a second one of std tail_shift, so one global model cannot serve both groups.
     tail_share: float = _f(0.0, (lambda v: 0 <= v < 1, "must be in [0, 1)"))
     tail_shift: float = _f(0.0, NON_NEGATIVE)
+    # Make each device's samples (float32) from its own stream whenever they are needed,
+    # never holding the population's: for populations whose features do not fit in
+    # memory. Standardised with the generator's own moments (simfl/data/synthetic.py);
+    # other draws than the in-memory generator's, of the same distribution.
+    on_demand: bool = False
 
 
 @dataclass(frozen=True)

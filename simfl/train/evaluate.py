@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from simfl.data.packed import ClientData
+from simfl.data.packed import Clients
 from simfl.train.models import ParamLayout
 
 
@@ -22,28 +23,67 @@ class CohortEval:
 
 @torch.no_grad()
 def evaluate_cohort(
-    model: nn.Module, params: torch.Tensor, clients: ClientData, batch_size: int = 4096
+    model: nn.Module, params: torch.Tensor, clients: Clients, batch_size: int = 4096
 ) -> CohortEval:
     """F_k(params) and the error of every client in ``clients``, batched over samples.
 
-    Samples are processed in chunks of ``batch_size`` regardless of client
-    boundaries; per-client sums are accumulated with one ``index_add_`` per chunk.
+    Samples are processed in batches of ``batch_size`` regardless of client
+    boundaries; per-client sums are accumulated with one ``index_add_`` per batch.
+    Clients made on demand come a chunk at a time (``Clients.chunks``), and a batch
+    may span two chunks: the batches, and so the numbers to the bit, are those of one
+    pass over the samples held together, in the memory of a chunk.
     """
     layout = ParamLayout.of(model)
     named = layout.unflatten(params)
     device, dtype = params.device, params.dtype
     counts = clients.num_samples
-    owner = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(device)
     loss_sum = torch.zeros(len(counts), dtype=torch.float64, device=device)
     wrong_sum = torch.zeros(len(counts), dtype=torch.float64, device=device)
-    for start in range(0, len(owner), batch_size):
-        stop = min(start + batch_size, len(owner))
-        x = clients.x[start:stop].to(device=device, dtype=dtype)
-        y = clients.y[start:stop].to(device)
-        logits = functional_call(model, named, (x,))
+    for x, y, owner in _batches(clients, batch_size):
+        logits = functional_call(model, named, (x.to(device=device, dtype=dtype),))
+        y, owner = y.to(device), owner.to(device)
         loss = nn.functional.cross_entropy(logits, y, reduction="none")
         wrong = (logits.argmax(dim=1) != y).to(torch.float64)
-        loss_sum.index_add_(0, owner[start:stop], loss.to(torch.float64))
-        wrong_sum.index_add_(0, owner[start:stop], wrong)
+        loss_sum.index_add_(0, owner, loss.to(torch.float64))
+        wrong_sum.index_add_(0, owner, wrong)
     denom = np.maximum(counts, 1)
     return CohortEval(loss_sum.cpu().numpy() / denom, wrong_sum.cpu().numpy() / denom, counts)
+
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x (B, ...), y (B,), owner (B,)
+
+
+def _batches(clients: Clients, batch_size: int) -> Iterator[Batch]:
+    """Consecutive ``batch_size`` samples of ``clients`` (the last batch shorter) with each
+    sample's client index, over their chunks; a batch that spans chunks is joined."""
+    held: list[Batch] = []  # the start of a batch, from the chunks before
+    num_held = 0
+    first = 0  # index of the chunk's first client
+    for chunk in clients.chunks():
+        owner = torch.from_numpy(first + np.repeat(np.arange(chunk.num_clients),
+                                                   chunk.num_samples))
+        first += chunk.num_clients
+        size = len(owner)
+        start = min(batch_size - num_held, size) if held else 0  # the held batch's rest
+        if held:
+            held.append((chunk.x[:start], chunk.y[:start], owner[:start]))
+            num_held += start
+            if num_held < batch_size:
+                continue
+            yield _join(held)
+            held, num_held = [], 0
+        for begin in range(start, size, batch_size):
+            if begin + batch_size > size:
+                held, num_held = [(chunk.x[begin:], chunk.y[begin:], owner[begin:])], size - begin
+                break
+            yield chunk.x[begin:begin + batch_size], chunk.y[begin:begin + batch_size], \
+                owner[begin:begin + batch_size]
+    if held:
+        yield _join(held)
+
+
+def _join(parts: list[Batch]) -> Batch:
+    if len(parts) == 1:
+        return parts[0]
+    x, y, owner = zip(*parts, strict=True)
+    return torch.cat(x), torch.cat(y), torch.cat(owner)

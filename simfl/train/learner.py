@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from simfl.aggregate import Aggregator, RoundInputs, Selection
-from simfl.data.packed import ClientData, FederatedData
+from simfl.data.packed import Clients, FederatedData
 from simfl.errors import RunFailed
 from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
@@ -161,7 +161,7 @@ class Learner:
         if self.filter is not None:
             self.filter.panel.load_state_dict(state["estimators"])
 
-    def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
+    def evaluate(self) -> dict[str, tuple[Clients, CohortEval]]:
         """Loss and error of the global model on every training and every test device."""
         return {split: (clients, self.work.evaluate(self.params, clients))
                 for split, clients in (("train", self.data.train), ("test", self.data.test))}

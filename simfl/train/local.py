@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from simfl.data.packed import ClientData, FederatedData
+from simfl.data.packed import Clients, FederatedData
 from simfl.rng import Streams
 from simfl.scenario import TrainConfig
 from simfl.train.batched import TrainHParams, train_cohort
@@ -68,6 +68,6 @@ class LocalWork:
         """(K,) F_k(params) of the given training clients on their training data."""
         return self.evaluate(params, self.data.train.subset(client_idx)).losses
 
-    def evaluate(self, params: torch.Tensor, clients: ClientData) -> CohortEval:
+    def evaluate(self, params: torch.Tensor, clients: Clients) -> CohortEval:
         """Loss and error of ``params`` on each of ``clients``."""
         return evaluate_cohort(self.model, params, clients, self.eval_batch_size)

@@ -1,16 +1,35 @@
-"""LEAF's synthetic(alpha, beta): shapes, determinism, per-client streams, heterogeneity."""
+"""LEAF's synthetic(alpha, beta): shapes, determinism, per-client streams, heterogeneity;
+made on demand: the same samples however asked for, its split, its memory."""
 
 from __future__ import annotations
 
+import dataclasses
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
+import pytest
+import torch
 
+from simfl.cli import main
 from simfl.data import load_data
 from simfl.data.packed import FederatedData
-from simfl.data.synthetic import MAX_SAMPLES_PER_CLIENT, generate, tail_members
+from simfl.data.synthetic import (
+    MAX_SAMPLES_PER_CLIENT,
+    SyntheticDevices,
+    generate,
+    mean_samples,
+    memory_terms,
+    tail_members,
+)
+from simfl.errors import InputError
 from simfl.rng import Streams
-from simfl.scenario import DataConfig, SyntheticConfig
+from simfl.scenario import DataConfig, SyntheticConfig, TrainConfig
+from simfl.train.local import LocalWork
+from simfl.train.models import build_model, initial_params
+from tests.test_cli import SMALL
 
 
 def load(seed: int = 0, **synthetic: Any) -> FederatedData:
@@ -126,3 +145,141 @@ def test_tail_membership_is_per_client() -> None:
     few = tail_members(SyntheticConfig(num_clients=30, tail_share=0.3), Streams(1))
     many = tail_members(SyntheticConfig(num_clients=80, tail_share=0.3), Streams(1))
     assert (many[:30] == few).all() and 0 < many.sum() < 80
+
+
+# --- made on demand ---
+
+def on_demand(seed: int = 0, chunk_bytes: int | None = None, **synthetic: Any) -> FederatedData:
+    """A population made on demand; ``chunk_bytes``: its chunks' size, on both sides."""
+    data = load(seed, on_demand=True, **synthetic)
+    if chunk_bytes is None:
+        return data
+    train, test = (dataclasses.replace(side, chunk_bytes=chunk_bytes)
+                   for side in (data.train, data.test))
+    return FederatedData(data.name, train, test, data.num_classes)
+
+
+def test_a_device_alone_in_a_cohort_and_in_a_chunk_has_the_same_samples() -> None:
+    data = on_demand(num_clients=40, tail_share=0.3, tail_shift=2.0, chunk_bytes=4000)
+    for side in (data.train, data.test):
+        everyone = np.arange(side.num_clients)
+        whole = side.subset(everyone)
+        chunked = list(side.chunks())
+        assert len(chunked) > 3  # several chunks of a few devices
+        assert torch.equal(torch.cat([c.x for c in chunked]), whole.x)
+        assert torch.equal(torch.cat([c.y for c in chunked]), whole.y)
+        order = np.random.default_rng(0).permutation(everyone)
+        cohort = side.subset(order)
+        for i, k in enumerate(order):
+            alone = side.subset(np.array([k]))
+            rows = slice(whole.offsets[k], whole.offsets[k + 1])
+            assert torch.equal(alone.x, whole.x[rows]) and torch.equal(alone.y, whole.y[rows])
+            assert torch.equal(cohort.x[cohort.offsets[i]:cohort.offsets[i + 1]], alone.x)
+        assert (whole.num_samples == side.num_samples).all()
+        assert whole.client_ids.tolist() == side.client_ids.tolist()
+
+
+def test_a_device_made_on_demand_is_a_function_of_the_seed_and_its_index() -> None:
+    """Its samples do not depend on the population's size, nor on the devices made
+    before it; another seed makes others."""
+
+    def device(k: int, seed: int, num_clients: int, before: int) -> tuple[np.ndarray, ...]:
+        devices = SyntheticDevices(SyntheticConfig(num_clients=num_clients, tail_share=0.2,
+                                                   on_demand=True), Streams(seed), True)
+        for j in range(before):  # the generator is shared: make others first
+            n = devices.num_samples(j)
+            devices.samples(j, np.empty((n, 60), np.float32), np.empty(n, np.int64))
+        n = devices.num_samples(k)
+        x, y = np.empty((n, 60), np.float32), np.empty(n, np.int64)
+        devices.samples(k, x, y)
+        return x, y
+
+    x, y = device(7, seed=3, num_clients=10, before=0)
+    x2, y2 = device(7, seed=3, num_clients=500, before=9)
+    assert x.dtype == np.float32 and (x == x2).all() and (y == y2).all()
+    other = device(7, seed=4, num_clients=10, before=0)[0]
+    assert other.shape != x.shape or not (other == x).all()
+
+
+def test_on_demand_samples_follow_the_generator() -> None:
+    """Counts as LEAF's; features standardised by the generator's own moments (pooled
+    mean 0, standard deviation 1); with a large shared model the labels follow it."""
+    cfg = SyntheticConfig(num_clients=2000, dim=8, num_classes=5, beta=0.5, shared_model=100.0,
+                          on_demand=True)
+    data = load_data(DataConfig(synthetic=cfg), Streams(0))
+    assert data.input_shape == (8,) and data.num_classes == 5
+    assert data.train.num_clients == data.test.num_clients == 1000
+    whole = data.train.subset(np.arange(data.train.num_clients))
+    assert str(whole.x.dtype) == "torch.float32" and str(whole.y.dtype) == "torch.int64"
+    n = whole.num_samples
+    assert n.min() >= 50 and n.max() <= MAX_SAMPLES_PER_CLIENT
+    assert abs(np.mean(n) - mean_samples(cfg)) < 0.15 * mean_samples(cfg)
+    x = whole.x.double().numpy()
+    # about 3 standard errors: a device's samples share its centre, the counts are skewed
+    np.testing.assert_allclose(x.mean(0), 0, atol=0.2)
+    np.testing.assert_allclose(x.std(0), 1, atol=0.1)
+    shared = Streams(0).numpy("synthetic_shared")
+    weights, bias = shared.normal(0.0, 100.0, (8, 5)), shared.normal(0.0, 100.0, 5)
+    std = np.sqrt(1 + 0.5**2 + np.arange(1, 9) ** -1.2)
+    agree = (np.argmax((x * std) @ weights + bias, axis=1) == whole.y.numpy()).mean()
+    assert agree > 0.95
+
+
+def test_on_demand_is_split_and_filtered_by_writer_as_held_data_is() -> None:
+    base = DataConfig(min_samples_per_client=60, test_client_fraction=0.25,
+                      synthetic=SyntheticConfig(num_clients=200, on_demand=True))
+    data = load_data(base, Streams(1))
+    devices = SyntheticDevices(base.synthetic, Streams(1), True)
+    counts = np.array([devices.num_samples(k) for k in range(200)])
+    train, test = (set(side.device_idx.tolist()) for side in (data.train, data.test))
+    assert not train & test and train | test == set(np.flatnonzero(counts >= 60).tolist())
+    assert len(test) == round(0.25 * (counts >= 60).sum())
+    assert (data.train.num_samples == counts[data.train.device_idx]).all()
+    assert data.train.client_ids[0] == f"synthetic_{data.train.device_idx[0]}"
+    with pytest.raises(InputError, match="pixel_scaling"):
+        load_data(dataclasses.replace(base, pixel_scaling="authors"), Streams(1))
+
+
+def test_on_demand_memory_is_a_chunk_and_a_few_bytes_a_device() -> None:
+    """simfl.memory's terms for on-demand data bound what loading it and a pass over
+    every device take (tracemalloc: numpy's and torch's CPU arrays), and do not grow
+    with the samples the population holds."""
+    cfg = DataConfig(synthetic=SyntheticConfig(num_clients=10_000, dim=10, on_demand=True))
+    (per_device, *_), (per_chunk, *_) = memory_terms(cfg)
+    tracemalloc.start()
+    try:
+        data = load_data(cfg, Streams(0))
+        _, load_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        before, _ = tracemalloc.get_traced_memory()
+        model = build_model("linear", (10,), 10)
+        LocalWork(model, data, TrainConfig(), 0.0, 4096, Streams(0)).evaluate(
+            initial_params(model, 0, torch.float32), data.train)
+        _, pass_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert load_peak <= per_device
+    assert pass_peak - before <= per_chunk
+    million = SyntheticConfig(num_clients=10**6, dim=10, on_demand=True)
+    made = sum(t[0] for t in memory_terms(DataConfig(synthetic=million)))
+    held = sum(t[0] for t in memory_terms(DataConfig(
+        synthetic=dataclasses.replace(million, on_demand=False))))
+    assert made < 2**30 < 50 * 2**30 < held  # held: every sample's features, built in float64
+
+
+def test_a_run_on_data_made_on_demand_is_reproducible_with_its_oracle(tmp_path: Path) -> None:
+    """End to end: Δ-FL with the bias oracle on devices made on demand; two runs of one
+    seed write the same tables, and the oracle rows hold the population's quantile."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SMALL.format(seed=2, aggregator="deltafl", theta=0.5)
+                        + "[estimator]\nshadow = [\"ipw\"]\nbias_every = 2\n")
+    outs = []
+    for name in ("a", "b"):
+        outs.append(tmp_path / name)
+        assert main([str(scenario), "--out", str(outs[-1]), "--quiet",
+                     "--set", "data.synthetic.on_demand=true"]) == 0
+    for table in ("rounds", "clients", "eval", "bias"):
+        a, b = (pl.read_parquet(out / f"{table}.parquet") for out in outs)
+        assert a.equals(b), table
+    bias = pl.read_parquet(outs[0] / "bias.parquet").filter(pl.col("round") % 2 == 0)
+    assert bias.height == 6 and bias["oracle_quantile"].is_not_null().all()
