@@ -104,7 +104,7 @@ class Learner:
         train = self.data.train
         cohort = Cohort(losses, weights / train.num_samples.mean(), client_idx, t_s)
         return self.filter.select(cohort, round_idx, lambda: (
-            self.work.evaluate(self.params, train).losses, train.num_samples.astype(np.float64)))
+            self.work.losses(self.params), train.num_samples.astype(np.float64)))
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         """Sync round ``round_idx`` (= the model version): local training of the given

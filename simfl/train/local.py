@@ -64,9 +64,13 @@ class LocalWork:
         deltas = {int(k): result.deltas[i] for i, k in enumerate(client_idx) if finite[i]}
         return deltas, np.where(finite, result.train_losses, np.nan)
 
-    def losses(self, params: torch.Tensor, client_idx: np.ndarray) -> np.ndarray:
-        """(K,) F_k(params) of the given training clients on their training data."""
-        return self.evaluate(params, self.data.train.subset(client_idx)).losses
+    def losses(self, params: torch.Tensor, client_idx: np.ndarray | None = None) -> np.ndarray:
+        """(K,) F_k(params) of the given training clients on their training data (None:
+        every training client, a chunk at a time when their samples are made on demand)."""
+        train = self.data.train
+        clients = train if client_idx is None else train.subset(client_idx)
+        return evaluate_cohort(self.model, params, clients, self.eval_batch_size,
+                               errors=False).losses
 
     def evaluate(self, params: torch.Tensor, clients: Clients) -> CohortEval:
         """Loss and error of ``params`` on each of ``clients``."""

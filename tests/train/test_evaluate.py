@@ -58,9 +58,9 @@ def test_the_evaluation_pooling_gives_max_pool2d_s_values_exactly() -> None:
 
 
 def test_streamed_passes_equal_the_whole_population_pass_to_the_bit() -> None:
-    """Devices made on demand, evaluated a chunk at a time (the evaluation and the bias
-    oracle, LocalWork.evaluate), give the numbers of one pass over the whole population
-    held in memory, whatever the chunk and batch sizes."""
+    """Devices made on demand, evaluated a chunk at a time (the evaluation) and for their
+    losses alone (the bias oracle, LocalWork.losses), give the numbers of one pass over
+    the whole population held in memory, whatever the chunk and batch sizes."""
     cfg = DataConfig(test_client_fraction=0.2, synthetic=SyntheticConfig(
         num_clients=60, dim=12, num_classes=4, shared_model=3.0, tail_share=0.3,
         tail_shift=2.0, on_demand=True))
@@ -77,8 +77,11 @@ def test_streamed_passes_equal_the_whole_population_pass_to_the_bit() -> None:
                 np.testing.assert_array_equal(got.losses, expect.losses)
                 np.testing.assert_array_equal(got.errors, expect.errors)
                 np.testing.assert_array_equal(got.num_samples, expect.num_samples)
+                losses = evaluate_cohort(model, params, streamed, batch_size, errors=False)
+                np.testing.assert_array_equal(losses.losses, expect.losses)
+                assert np.isnan(losses.errors).all()
     work = LocalWork(model, data, TrainConfig(), 0.0, 64, Streams(5))
-    oracle = work.evaluate(params, data.train).losses  # every training device: the oracle
+    oracle = work.losses(params)  # every training device, as the bias oracle asks
     whole = data.train.subset(np.arange(data.train.num_clients))
     np.testing.assert_array_equal(oracle, evaluate_cohort(model, params, whole, 64).losses)
     cohort = np.array([9, 2, 30])
