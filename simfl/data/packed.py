@@ -121,17 +121,17 @@ class Clients(Protocol):
     def to(self, device: torch.device) -> Clients: ...
 
 
-# Writes a device's samples, from its index, into x (n, *sample_shape) float32 and y (n,)
-# int64 (n: its count; views into a cohort's or a chunk's arrays).
-MakeSamples = Callable[[int, np.ndarray, np.ndarray], None]
+# Writes the samples of the given devices (m,), concatenated in their order, into x
+# (n, *sample_shape) float32 and y (n,) int64, n their samples in all.
+MakeSamples = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @dataclass(frozen=True)
 class GeneratedClients:
     """Clients whose samples are made when asked for and never held together: client i is
-    device ``device_idx[i]`` of ``make``, a pure function of the device. A cohort, a
-    chunk or one client alone are made device by device by the same calls into their
-    rows, so a device's samples are the same whichever way they are asked for."""
+    device ``device_idx[i]`` of ``make``, whose samples are a pure function of the
+    device, the same whichever devices are made with it: a cohort, a chunk or one
+    client alone."""
 
     make: MakeSamples
     device_idx: np.ndarray  # (K,) int64, the device of each client
@@ -156,9 +156,7 @@ class GeneratedClients:
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         x = np.empty((offsets[-1], *self.sample_shape), np.float32)
         y = np.empty(offsets[-1], np.int64)
-        for d, start, stop in zip(self.device_idx[client_idx].tolist(), offsets[:-1].tolist(),
-                                  offsets[1:].tolist(), strict=True):
-            self.make(d, x[start:stop], y[start:stop])
+        self.make(self.device_idx[client_idx], x, y)
         return ClientData(torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device),
                           offsets, self.client_ids[client_idx])
 

@@ -39,19 +39,25 @@ inputs, and an affine map of the features leaves a linear model's best
 accuracy unchanged.
 
 **On demand** (``on_demand = true``, :class:`SyntheticDevices`): the same
-distribution, but device k's samples are made, in float32, from its own Philox
-stream ``streams.keyed("synthetic_device").at(k)`` each time they are needed (its
-cohort's round, each pass of the bias oracle or of an evaluation), and never held
-for the whole population: only the sample counts are (their draw is the stream's
-first). The stream gives, in order: the count, the tail draw, u_k, B_k, W_k, b_k,
-v_k (one float64 normal vector, scaled) and the (n, D) float32 noise of x. The
-counts are split by writer as any data set's; the features are standardised with
-the generator's own moments instead of the training devices' (which would need
-every device's samples first): x_j has mean 0 and variance 1 + beta² + j^-1.2
-(v_kj ~ N(B_k, 1), B_k ~ N(0, beta²), noise variance j^-1.2), the limit of the
-training devices' statistics as the population grows, so x_j is divided by its
-standard deviation. The draws differ from the in-memory generator's (other
-streams, float32 noise): the two modes give two populations of one distribution.
+distribution, but device k's samples are made, in float32, from its own keyed
+stream ``streams.keyed("synthetic_device")`` (:class:`simfl.rng.KeyedStreams`:
+counter-based, word i of device k a pure function of (seed, k, i)) each time they
+are needed (its cohort's round, each pass of the bias oracle or of an evaluation),
+and never held for the whole population: only the sample counts are. Device k's
+words: word 0 is its tail draw (a uniform); words 1 .. ⌈P/2⌉ give P = 3 + DC + C + D
+normals, in order the count's (LEAF's lognormal(4, 2) is exp(4 + 2z)), u_k / alpha,
+B_k / beta, then W_k (D, C, row-major), b_k and v_k less their means; the words
+after them give the noise of x, ceil(D/2) words (D normals, one left over when D is
+odd) a sample. A group of devices is made with array arithmetic over all their
+words at once and one small matrix product per device for the labels, so a device's
+samples are the same alone, in a cohort or in a chunk. The counts are split by
+writer as any data set's; the features are standardised with the generator's own
+moments instead of the training devices' (which would need every device's samples
+first): x_j has mean 0 and variance 1 + beta² + j^-1.2 (v_kj ~ N(B_k, 1), B_k ~
+N(0, beta²), noise variance j^-1.2), the limit of the training devices' statistics
+as the population grows, so x_j is divided by its standard deviation. The draws
+differ from the in-memory generator's (other streams, float32 Box-Muller normals
+bounded by 5.65): the two modes give two populations of one distribution.
 """
 
 from __future__ import annotations
@@ -78,6 +84,9 @@ BUILD_BYTES_PER_SAMPLE = 48
 # owner index): measured, see tests/data/test_synthetic.py.
 ON_DEMAND_BYTES_PER_DEVICE = 200
 ON_DEMAND_BYTES_PER_SAMPLE = 24
+# Samples of the devices made together (SyntheticDevices.make): their temporaries (the
+# words, the logits, the centres) stay in a core's cache.
+GROUP_SAMPLES = 8192
 
 
 def load_synthetic(cfg: DataConfig, streams: Streams) -> FederatedData:
@@ -96,15 +105,14 @@ def load_on_demand(cfg: DataConfig, streams: Streams) -> FederatedData:
     each side's samples are made by :class:`SyntheticDevices` when asked for."""
     check_vectors(cfg, "synthetic data")
     devices = SyntheticDevices(cfg.synthetic, streams, cfg.standardise)
-    counts = np.array([devices.num_samples(k) for k in range(cfg.synthetic.num_clients)],
-                      dtype=np.int64)
+    counts = devices.num_samples(np.arange(cfg.synthetic.num_clients))
     train_idx, test_idx = split_clients(counts, cfg, streams.numpy("data_split"),
                                         "synthetic data")
 
     def side(device_idx: np.ndarray) -> GeneratedClients:
         offsets = np.concatenate([[0], np.cumsum(counts[device_idx])]).astype(np.int64)
         ids = np.array([f"synthetic_{k}" for k in device_idx], dtype=str)
-        return GeneratedClients(devices.samples, device_idx, offsets, ids, (cfg.synthetic.dim,))
+        return GeneratedClients(devices.make, device_idx, offsets, ids, (cfg.synthetic.dim,))
 
     return FederatedData("synthetic", side(train_idx), side(test_idx),
                          cfg.synthetic.num_classes)
@@ -222,14 +230,16 @@ def _num_samples(cfg: SyntheticConfig, rng: np.random.Generator) -> int:
 
 
 class SyntheticDevices:
-    """Device k's samples of synthetic(alpha, beta), made on demand in float32 from its
-    own stream (the module's docstring says which draws, in which order): a pure
-    function of (seed, k), whichever devices are made before or with it."""
+    """Devices' samples of synthetic(alpha, beta), made on demand in float32 from their
+    own keyed streams, a chunk of devices at once (the module's docstring says which
+    words make which draws): device k's samples are a pure function of (seed, k), the
+    same made alone, in a cohort or in a chunk."""
 
     def __init__(self, cfg: SyntheticConfig, streams: Streams, standardise: bool) -> None:
         self.cfg, self.stream = cfg, streams.keyed("synthetic_device")
-        self.models = [(w.astype(np.float32), b.astype(np.float32))
-                       for w, b in label_models(cfg, streams)]  # shared, tail
+        shared, tail = label_models(cfg, streams)
+        self.weights = np.stack([shared[0], tail[0]]).astype(np.float32)  # (2, D, C)
+        self.biases = np.stack([shared[1], tail[1]]).astype(np.float32)  # (2, C)
         j = np.arange(1, cfg.dim + 1, dtype=np.float64)
         # x_j ~ mean 0, variance 1 + beta² + j^-1.2 over the population (the docstring):
         # x / std is made as v_k / std + (sqrt(Σ_jj) / std) z, and the labels from
@@ -238,26 +248,68 @@ class SyntheticDevices:
         self.inv_std = (1 / std).astype(np.float32)
         self.scale = (j**-0.6 / std).astype(np.float32)  # sqrt(Σ_jj) / std
         self.std = std.astype(np.float32)[:, None]  # (D, 1)
-
-    def num_samples(self, k: int) -> int:
-        return _num_samples(self.cfg, self.stream.at(k))
-
-    def samples(self, k: int, x: np.ndarray, y: np.ndarray) -> None:
-        """Device k's samples into x (n, D) float32 (standardised when asked) and y (n,)
-        int64, n its count."""
-        cfg, rng = self.cfg, self.stream.at(k)
         d, c = cfg.dim, cfg.num_classes
-        n = _num_samples(cfg, rng)
-        if x.shape != (n, d):
-            raise ValueError(f"device {k} has {n} samples of {d} features, not {x.shape}")
-        weights, bias = self.models[int(rng.random() < cfg.tail_share)]
-        z = rng.standard_normal(2 + d * c + c + d)  # u_k, B_k, W_k, b_k, v_k before scaling
-        model_mean, feature_mean = cfg.alpha * z[0], cfg.beta * z[1]
-        own = (model_mean + z[2: 2 + d * c + c]).astype(np.float32)
-        w = (own[: d * c].reshape(d, c) + weights) * self.std  # std W_k (D, C)
-        b = own[d * c: d * c + c] + bias  # (C,)
-        centre = (feature_mean + z[2 + d * c + c:]).astype(np.float32) * self.inv_std  # (D,)
-        rng.standard_normal(out=x, dtype=np.float32)  # (n, D) noise
+        self.num_params = 3 + d * c + c + d  # normals: the count's, u_k, B_k, W_k, b_k, v_k
+        self.noise_start = 1 + -(-self.num_params // 2)  # word 0: the tail draw
+        self.sample_words = -(-d // 2)  # words of one sample's noise
+
+    def num_samples(self, devices: np.ndarray) -> np.ndarray:
+        """(m,) int64 samples of each device: LEAF's int(lognormal(4, 2)) + min_samples,
+        capped, from the first normal of word 1."""
+        devices = np.asarray(devices, dtype=np.int64)
+        z = np.empty(2 * len(devices), np.float32)
+        self.stream.normals(devices, 1, np.ones(len(devices), np.int64), z)
+        cap = max(MAX_SAMPLES_PER_CLIENT, self.cfg.min_samples)
+        drawn = np.floor(np.minimum(np.exp(4.0 + 2.0 * z[0::2].astype(np.float64)), cap))
+        return np.minimum(drawn.astype(np.int64) + self.cfg.min_samples, cap)
+
+    def make(self, devices: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        """The devices' samples, concatenated in their order, into x (n, D) float32
+        (standardised when asked) and y (n,) int64, n their samples in all; made a group
+        of devices of about :data:`GROUP_SAMPLES` samples at a time."""
+        devices = np.asarray(devices, dtype=np.int64)
+        counts = self.num_samples(devices)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        if x.shape != (bounds[-1], self.cfg.dim) or y.shape != (len(x),):
+            raise ValueError(f"the devices have {bounds[-1]} samples of {self.cfg.dim} "
+                             f"features, not {x.shape}")
+        start = 0
+        while start < len(devices):
+            stop = int(np.searchsorted(bounds, bounds[start] + GROUP_SAMPLES, "right")) - 1
+            stop = max(stop, start + 1)
+            rows = slice(bounds[start], bounds[stop])
+            self._make_group(devices[start:stop], counts[start:stop], x[rows], y[rows])
+            start = stop
+
+    def _make_group(self, devices: np.ndarray, counts: np.ndarray, x: np.ndarray,
+                    y: np.ndarray) -> None:
+        d = self.cfg.dim
+        weights, bias, centre = self._models(devices)
+        noise = x if d % 2 == 0 else np.empty((len(x), d + 1), np.float32)
+        self.stream.normals(devices, self.noise_start, counts * self.sample_words, noise)
+        if noise is not x:
+            x[:] = noise[:, :d]
         x *= self.scale
-        x += centre
-        np.argmax(x @ w + b, axis=1, out=y)
+        x += np.repeat(centre, counts, axis=0)
+        logits = np.empty((len(x), self.cfg.num_classes), np.float32)
+        bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        for i, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            np.matmul(x[start:stop], weights[i], out=logits[start:stop])
+        logits += np.repeat(bias, counts, axis=0)
+        np.argmax(logits, axis=1, out=y)
+
+    def _models(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each device's std (W_k + W) (m, D, C), b_k + b (m, C) and centre v_k / std (m, D),
+        float32, W and b the shared model's or the tail's."""
+        cfg, m = self.cfg, len(devices)
+        d, c = cfg.dim, cfg.num_classes
+        z = np.empty((m, 2 * (self.noise_start - 1)), np.float32)
+        self.stream.normals(devices, 1, np.full(m, self.noise_start - 1), z)
+        group = (self.stream.uniforms(devices, 0) < cfg.tail_share).astype(np.int64)
+        model_mean = np.float32(cfg.alpha) * z[:, 1:2]  # u_k
+        feature_mean = np.float32(cfg.beta) * z[:, 2:3]  # B_k
+        own = model_mean + z[:, 3:3 + d * c + c]  # W_k, b_k ~ N(u_k, 1)
+        weights = (own[:, :d * c].reshape(m, d, c) + self.weights[group]) * self.std
+        bias = own[:, d * c:] + self.biases[group]
+        centre = (feature_mean + z[:, 3 + d * c + c:self.num_params]) * self.inv_std
+        return weights, bias, centre

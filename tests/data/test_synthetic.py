@@ -20,6 +20,7 @@ from simfl.data.synthetic import (
     MAX_SAMPLES_PER_CLIENT,
     SyntheticDevices,
     generate,
+    label_models,
     mean_samples,
     memory_terms,
     tail_members,
@@ -159,8 +160,10 @@ def on_demand(seed: int = 0, chunk_bytes: int | None = None, **synthetic: Any) -
     return FederatedData(data.name, train, test, data.num_classes)
 
 
-def test_a_device_alone_in_a_cohort_and_in_a_chunk_has_the_same_samples() -> None:
-    data = on_demand(num_clients=40, tail_share=0.3, tail_shift=2.0, chunk_bytes=4000)
+@pytest.mark.parametrize("dim", [60, 7])  # an odd dimension: a sample's last word half used
+def test_a_device_alone_in_a_cohort_and_in_a_chunk_has_the_same_samples(dim: int) -> None:
+    data = on_demand(num_clients=40, dim=dim, tail_share=0.3, tail_shift=2.0,
+                     chunk_bytes=4000)
     for side in (data.train, data.test):
         everyone = np.arange(side.num_clients)
         whole = side.subset(everyone)
@@ -175,30 +178,66 @@ def test_a_device_alone_in_a_cohort_and_in_a_chunk_has_the_same_samples() -> Non
             rows = slice(whole.offsets[k], whole.offsets[k + 1])
             assert torch.equal(alone.x, whole.x[rows]) and torch.equal(alone.y, whole.y[rows])
             assert torch.equal(cohort.x[cohort.offsets[i]:cohort.offsets[i + 1]], alone.x)
+            assert torch.equal(cohort.y[cohort.offsets[i]:cohort.offsets[i + 1]], alone.y)
         assert (whole.num_samples == side.num_samples).all()
         assert whole.client_ids.tolist() == side.client_ids.tolist()
 
 
+def made(devices: SyntheticDevices, keys: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The given devices' samples, made together."""
+    n = int(devices.num_samples(np.array(keys)).sum())
+    x, y = np.empty((n, devices.cfg.dim), np.float32), np.empty(n, np.int64)
+    devices.make(np.array(keys), x, y)
+    return x, y
+
+
 def test_a_device_made_on_demand_is_a_function_of_the_seed_and_its_index() -> None:
     """Its samples do not depend on the population's size, nor on the devices made
-    before it; another seed makes others."""
+    with it; another seed makes others."""
 
-    def device(k: int, seed: int, num_clients: int, before: int) -> tuple[np.ndarray, ...]:
-        devices = SyntheticDevices(SyntheticConfig(num_clients=num_clients, tail_share=0.2,
-                                                   on_demand=True), Streams(seed), True)
-        for j in range(before):  # the generator is shared: make others first
-            n = devices.num_samples(j)
-            devices.samples(j, np.empty((n, 60), np.float32), np.empty(n, np.int64))
-        n = devices.num_samples(k)
-        x, y = np.empty((n, 60), np.float32), np.empty(n, np.int64)
-        devices.samples(k, x, y)
-        return x, y
+    def devices(seed: int, num_clients: int) -> SyntheticDevices:
+        return SyntheticDevices(SyntheticConfig(num_clients=num_clients, tail_share=0.2,
+                                                on_demand=True), Streams(seed), True)
 
-    x, y = device(7, seed=3, num_clients=10, before=0)
-    x2, y2 = device(7, seed=3, num_clients=500, before=9)
-    assert x.dtype == np.float32 and (x == x2).all() and (y == y2).all()
-    other = device(7, seed=4, num_clients=10, before=0)[0]
+    x, y = made(devices(3, 10), [7])
+    with_others = devices(3, 500)
+    n_before = int(with_others.num_samples(np.array([400, 2, 9])).sum())
+    x2, y2 = made(with_others, [400, 2, 9, 7, 7, 1])
+    rows = slice(n_before, n_before + len(x))
+    assert x.dtype == np.float32 and (x == x2[rows]).all() and (y == y2[rows]).all()
+    assert (x2[rows.stop:rows.stop + len(x)] == x).all()  # twice in one call: twice the same
+    other = made(devices(4, 10), [7])[0]
     assert other.shape != x.shape or not (other == x).all()
+
+
+def test_a_device_s_samples_are_the_documented_draws_of_its_stream() -> None:
+    """Device k's count, tail draw, u_k, B_k, W_k, b_k, v_k and noise, taken from its
+    stream's words as the module's docstring lays them out and computed again here in
+    float64, give its samples."""
+    cfg = SyntheticConfig(num_clients=50, dim=5, num_classes=3, alpha=0.5, beta=0.8,
+                          shared_model=2.0, tail_share=0.5, tail_shift=3.0, on_demand=True)
+    devices = SyntheticDevices(cfg, Streams(11), True)
+    stream, (d, c) = devices.stream, (5, 3)
+    shared, tail = label_models(cfg, Streams(11))
+    std = np.sqrt(1 + 0.8**2 + np.arange(1, d + 1) ** -1.2)
+    for k in (0, 13, 49):
+        x, y = made(devices, [k])
+        params = np.empty(2 * 13, np.float32)  # 3 + D C + C + D = 26 normals: words 1..13
+        stream.normals(np.array([k]), 1, np.array([13]), params)
+        z = params.astype(np.float64)
+        n = min(int(min(np.exp(4 + 2 * z[0]), 1000)) + cfg.min_samples, 1000)
+        weights, bias = tail if stream.uniforms(np.array([k]), 0)[0] < 0.5 else shared
+        u, b_k = 0.5 * z[1], 0.8 * z[2]
+        w_k, bias_k = u + z[3:3 + d * c].reshape(d, c), u + z[3 + d * c:3 + d * c + c]
+        v_k = b_k + z[3 + d * c + c:]
+        noise = np.empty(n * 6, np.float32)  # 3 words a sample (5 normals and one unused)
+        stream.normals(np.array([k]), 14, np.array([3 * n]), noise)
+        want_x = v_k + np.arange(1, d + 1) ** -0.6 * noise.reshape(n, 6)[:, :d]  # raw x
+        np.testing.assert_allclose(x, want_x / std, rtol=0, atol=1e-5)
+        logits = want_x @ (w_k + weights) + bias_k + bias
+        clear = np.sort(logits, axis=1)[:, -1] - np.sort(logits, axis=1)[:, -2] > 1e-3
+        assert len(y) == n and clear.mean() > 0.9
+        assert (y[clear] == logits.argmax(axis=1)[clear]).all()
 
 
 def test_on_demand_samples_follow_the_generator() -> None:
@@ -229,8 +268,7 @@ def test_on_demand_is_split_and_filtered_by_writer_as_held_data_is() -> None:
     base = DataConfig(min_samples_per_client=60, test_client_fraction=0.25,
                       synthetic=SyntheticConfig(num_clients=200, on_demand=True))
     data = load_data(base, Streams(1))
-    devices = SyntheticDevices(base.synthetic, Streams(1), True)
-    counts = np.array([devices.num_samples(k) for k in range(200)])
+    counts = SyntheticDevices(base.synthetic, Streams(1), True).num_samples(np.arange(200))
     train, test = (set(side.device_idx.tolist()) for side in (data.train, data.test))
     assert not train & test and train | test == set(np.flatnonzero(counts >= 60).tolist())
     assert len(test) == round(0.25 * (counts >= 60).sum())
