@@ -178,7 +178,7 @@ def _build(scenario: Scenario) -> _Built:
                         scenario.model.bias, scenario.model.params).to(device)
     params = initial_params(model, streams.seed("init"), dtype, scenario.model.init).to(device)
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
-                     streams)
+                     streams, scenario.eval.class_major)
     learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))
     return _Built(streams, device, learner, _population(scenario, data, streams),
                   params.clone())

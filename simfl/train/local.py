@@ -32,6 +32,7 @@ class LocalWork:
     l2: float  # (l2 / 2) ||w||^2 in every local objective
     eval_batch_size: int
     streams: Streams
+    class_major: bool = False  # the losses' log-softmax over classes (EvalConfig.class_major)
 
     def lr(self, round_idx: int) -> float:
         """The local learning rate of round (sync) or model version (async) ``round_idx``."""
@@ -70,8 +71,9 @@ class LocalWork:
         train = self.data.train
         clients = train if client_idx is None else train.subset(client_idx)
         return evaluate_cohort(self.model, params, clients, self.eval_batch_size,
-                               errors=False).losses
+                               errors=False, class_major=self.class_major).losses
 
     def evaluate(self, params: torch.Tensor, clients: Clients) -> CohortEval:
         """Loss and error of ``params`` on each of ``clients``."""
-        return evaluate_cohort(self.model, params, clients, self.eval_batch_size)
+        return evaluate_cohort(self.model, params, clients, self.eval_batch_size,
+                               class_major=self.class_major)

@@ -86,3 +86,22 @@ def test_streamed_passes_equal_the_whole_population_pass_to_the_bit() -> None:
     np.testing.assert_array_equal(oracle, evaluate_cohort(model, params, whole, 64).losses)
     cohort = np.array([9, 2, 30])
     np.testing.assert_array_equal(work.losses(params, cohort), oracle[cohort])
+
+
+def test_class_major_losses_are_cross_entropy_s() -> None:
+    """The log-softmax over a (C, B) copy gives cross_entropy's losses (within float32
+    rounding; the errors are computed alike), whole or streamed."""
+    cfg = DataConfig(test_client_fraction=0.2, synthetic=SyntheticConfig(
+        num_clients=60, dim=12, num_classes=4, shared_model=3.0, on_demand=True))
+    data = load_data(cfg, Streams(2))
+    model = build_model("linear", (12,), 4)
+    params = initial_params(model, 3, torch.float32) * 20  # confident: losses from 1e-6 up
+    whole = data.train.subset(np.arange(data.train.num_clients))
+    expect = evaluate_cohort(model, params, whole, 100)
+    got = evaluate_cohort(model, params, whole, 100, class_major=True)
+    np.testing.assert_allclose(got.losses, expect.losses, rtol=1e-5)
+    np.testing.assert_array_equal(got.errors, expect.errors)
+    streamed = dataclasses.replace(data.train, chunk_bytes=500)
+    work = LocalWork(model, data, TrainConfig(), 0.0, 100, Streams(2), class_major=True)
+    np.testing.assert_array_equal(work.losses(params), got.losses)
+    np.testing.assert_array_equal(work.evaluate(params, streamed).losses, got.losses)
