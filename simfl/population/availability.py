@@ -12,7 +12,7 @@ the number of devices online at any time in O(R log M), independent of N.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,15 @@ class PastHorizon(RunFailed):
     """The run's simulated time went past the precomputed availability."""
 
 
+@dataclass
+class _Cursor:
+    """Availability.online_devices' last time and each device's first interval starting
+    after it: a run asks at increasing times, so these advance instead of searching."""
+
+    t_s: float = math.inf
+    next_rows: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class Availability:
     """Online intervals of N devices and exact queries over them (valid up to horizon_s)."""
@@ -50,6 +59,8 @@ class Availability:
     sorted_on_s: np.ndarray  # (M,) t_on_s sorted within each region
     sorted_off_s: np.ndarray  # (M,) t_off_s sorted within each region
     max_intervals: int  # most intervals of one device (binary search depth)
+    _cursor: _Cursor = field(default_factory=lambda: _Cursor(), init=False, compare=False,
+                             repr=False)
 
     @property
     def num_devices(self) -> int:
@@ -118,8 +129,34 @@ class Availability:
         return counts
 
     def online_devices(self, t_s: float) -> np.ndarray:
-        """All devices online at t_s (O(N): for small populations and fallbacks)."""
-        return np.flatnonzero(self.is_online(np.arange(self.num_devices), t_s))
+        """All devices online at t_s, O(N). At a time no earlier than the last asked (a
+        run's rounds), each device's intervals are advanced from there (a few array
+        passes); at an earlier one, searched again (:meth:`_locate`): the same devices."""
+        if self.num_devices == 0 or self.t_on_s.size == 0:
+            return _EMPTY
+        self._check_time(t_s)
+        nxt = self._next_intervals(float(t_s))
+        started = nxt > self.offsets[:-1]
+        online = started & (t_s < self.t_off_s[np.maximum(nxt - 1, 0)])
+        return np.flatnonzero(online)
+
+    def _next_intervals(self, t_s: float) -> np.ndarray:
+        """(N,) each device's first interval starting after t_s (its end row if none)."""
+        nxt = self._cursor.next_rows
+        if nxt is None or t_s < self._cursor.t_s:
+            n = self.num_devices
+            row = self._locate(np.arange(n), np.full(n, t_s))
+            nxt = np.where(row >= 0, row + 1, self.offsets[:-1])
+        else:
+            ends, idx = self.offsets[1:], np.arange(self.num_devices)
+            while idx.size:  # the devices whose next interval has started by t_s
+                rows = nxt[idx]
+                more = rows < ends[idx]
+                more[more] = self.t_on_s[rows[more]] <= t_s
+                idx = idx[more]
+                nxt[idx] += 1
+        self._cursor.t_s, self._cursor.next_rows = t_s, nxt
+        return nxt
 
     def sample_online(self, t_s: float, k: int, rng: np.random.Generator,
                       busy_mask: np.ndarray | None = None,

@@ -135,6 +135,23 @@ def test_queries_match_brute_force() -> None:
         assert list(counts[i]) == list(np.bincount(av.region_idx[on_now], minlength=2))
 
 
+def test_online_devices_at_increasing_and_earlier_times_match_brute_force() -> None:
+    """online_devices advances each device's intervals between times asked in increasing
+    order (a run's rounds, some 10 s apart, some hours), searches again after an earlier
+    one, and always gives the devices online then."""
+    av, _ = diurnal(300, session_mean_s=0.5 * HOUR_S, seed=4)
+    device, t_on, t_off = av.intervals()
+    rng = np.random.default_rng(1)
+    times = np.concatenate([[0.0], np.sort(rng.uniform(0, av.horizon_s, 40)),
+                            [t_on[5], t_on[5], t_off[9]],  # at switches, twice in a row
+                            [DAY_S, 10.0, 10.0 + 600, 3 * DAY_S, 2 * DAY_S]])  # earlier ones
+    for t in times:
+        want = np.unique(device[(t_on <= t) & (t < t_off)])
+        assert av.online_devices(t).tolist() == want.tolist(), t
+        assert av.online_devices(t).tolist() == np.flatnonzero(
+            av.is_online(np.arange(300), t)).tolist()
+
+
 def test_query_past_horizon_raises() -> None:
     av, _ = diurnal(10, horizon_days=1)
     with pytest.raises(PastHorizon, match="population.availability.horizon_s"):
