@@ -404,9 +404,24 @@ class HistoryStratified:
     bins: int = 4
     name: str = "poststrat_history"
     losses_in_clear: bool = True
+    # of the last record seen: its arrays' ids and round counts, the strata, their sizes
+    _last: list[Any] = field(default_factory=lambda: [None, None, None], compare=False,
+                             repr=False)
 
     def history_strata(self) -> np.ndarray:
-        """(N,) stratum of each device: region × bin of its earlier days' check-in rate."""
+        """(N,) stratum of each device: region × bin of its earlier days' check-in rate
+        (read-only; made again only when the record has counted more rounds: once a UTC
+        day, not every round)."""
+        record = self.checkins
+        key = (id(record.seen), id(record.rounds), record.rounds.tobytes())
+        if self._last[0] != key:
+            strata = self._strata()
+            strata.flags.writeable = False
+            size = self.strata.max() * self.bins + self.bins
+            self._last[:] = [key, strata, np.bincount(strata, minlength=size).astype(float)]
+        return self._last[1]
+
+    def _strata(self) -> np.ndarray:
         rounds = self.checkins.rounds.sum()
         if rounds == 0 or self.bins == 1:
             return self.strata * self.bins
@@ -421,8 +436,8 @@ class HistoryStratified:
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
         stratum_of = self.history_strata()
-        size = self.strata.max() * self.bins + self.bins
-        population = np.bincount(stratum_of, minlength=size).astype(float)
+        population = self._last[2]  # (S,) devices of each stratum
+        size = len(population)
         stratum = stratum_of[cohort.client_idx]
         in_cohort = np.bincount(stratum, minlength=size)
         present = population * (in_cohort > 0)
