@@ -86,7 +86,7 @@ ON_DEMAND_BYTES_PER_DEVICE = 200
 ON_DEMAND_BYTES_PER_SAMPLE = 24
 # Samples of the devices made together (SyntheticDevices.make): their temporaries (the
 # words, the logits, the centres) stay in a core's cache.
-GROUP_SAMPLES = 8192
+GROUP_SAMPLES = 16384
 
 
 def load_synthetic(cfg: DataConfig, streams: Streams) -> FederatedData:
@@ -265,26 +265,29 @@ class SyntheticDevices:
 
     def make(self, devices: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
         """The devices' samples, concatenated in their order, into x (n, D) float32
-        (standardised when asked) and y (n,) int64, n their samples in all; made a group
-        of devices of about :data:`GROUP_SAMPLES` samples at a time."""
+        (standardised when asked) and y (n,) int64, n their samples in all; their models
+        made at once, their samples a group of about :data:`GROUP_SAMPLES` at a time."""
         devices = np.asarray(devices, dtype=np.int64)
         counts = self.num_samples(devices)
         bounds = np.concatenate([[0], np.cumsum(counts)])
         if x.shape != (bounds[-1], self.cfg.dim) or y.shape != (len(x),):
             raise ValueError(f"the devices have {bounds[-1]} samples of {self.cfg.dim} "
                              f"features, not {x.shape}")
+        models = self._models(devices)
         start = 0
         while start < len(devices):
             stop = int(np.searchsorted(bounds, bounds[start] + GROUP_SAMPLES, "right")) - 1
             stop = max(stop, start + 1)
             rows = slice(bounds[start], bounds[stop])
-            self._make_group(devices[start:stop], counts[start:stop], x[rows], y[rows])
+            group = slice(start, stop)
+            self._make_group(devices[group], counts[group], tuple(m[group] for m in models),
+                             x[rows], y[rows])
             start = stop
 
-    def _make_group(self, devices: np.ndarray, counts: np.ndarray, x: np.ndarray,
-                    y: np.ndarray) -> None:
+    def _make_group(self, devices: np.ndarray, counts: np.ndarray,
+                    models: tuple[np.ndarray, ...], x: np.ndarray, y: np.ndarray) -> None:
         d = self.cfg.dim
-        weights, bias, centre = self._models(devices)
+        weights, bias, centre = models
         noise = x if d % 2 == 0 else np.empty((len(x), d + 1), np.float32)
         self.stream.normals(devices, self.noise_start, counts * self.sample_words, noise)
         if noise is not x:
