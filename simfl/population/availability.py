@@ -5,7 +5,8 @@ Every device's online time is a sorted list of half-open intervals ``[t_on_s, t_
 by the diurnal model (simfl.population.diurnal), read from a trace
 (simfl.population.trace), or one interval ``[0, inf)`` per device (mode "always").
 Queries are vectorised binary searches, so nothing is scheduled per device and the
-online set at any instant is exact. Per-region sorted copies of the switch times give
+online set at any instant is exact (the whole set, asked at increasing times, advances
+each device's intervals from the time before). Per-region sorted copies of the switch times give
 the number of devices online at any time in O(R log M), independent of N.
 """
 
