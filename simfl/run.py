@@ -306,7 +306,7 @@ def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Po
     computing the scenario's model."""
     cfg = scenario.population
     return build_population(cfg, data.train.num_clients,
-                            client_covariate(data.train, cfg.covariate), streams,
+                            client_covariate(data.train, cfg.covariate, data.num_classes), streams,
                             scenario.model.name)
 
 

@@ -384,7 +384,8 @@ class PopulationConfig:
          "must be a non-empty array of regions with distinct names"),
     )
     region_assignment: Literal["random", "covariate"] = "random"
-    covariate: Literal["digit_share", "writer_group", "num_samples"] = "digit_share"
+    covariate: Literal["digit_share", "label_share", "writer_group", "num_samples"] = \
+        "digit_share"
     covariate_strength: float = _f(1.0, UNIT_INTERVAL)  # 0 = random, 1 = sorted by covariate
     failure_rate_per_h: float = _f(0.0, NON_NEGATIVE)  # hazard per hour of participation
     availability: AvailabilityConfig = _f(AvailabilityConfig)
