@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
+from simfl.population.availability import sample_online
 from simfl.population.network import Direction
 from simfl.records import RoundRow
 from simfl.scenario import ServerConfig
@@ -176,8 +177,8 @@ def _select(server: _Server, r: int) -> _Round:
     now, fleet, streams = wiring.env.now, wiring.fleet, wiring.streams
     size = max(1, round(cfg.clients_per_round * server.learner.cohort_fraction))
     wanted = math.ceil(size * (1 + cfg.over_selection))
-    devices = np.sort(fleet.availability.sample_online(
-        now, wanted, streams.numpy("selection", r), server.busy,
+    devices = np.sort(sample_online(
+        fleet.availability, now, wanted, streams.numpy("selection", r), server.busy,
         server.learner.selection_weights()))
     gone_at = leave_times(fleet, devices, now, streams.numpy("failure", r))
     k = len(devices)

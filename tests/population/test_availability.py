@@ -15,6 +15,7 @@ from simfl.population.availability import (
     build_availability,
     from_csr,
     from_intervals,
+    sample_online,
 )
 from simfl.population.devices import build_devices
 from simfl.population.diurnal import (
@@ -164,7 +165,7 @@ def test_sample_online_returns_online_idle_distinct(
     rng = np.random.default_rng(1)
     busy = rng.random(av.num_devices) < 0.3
     for t in np.linspace(0, 3 * DAY_S, 20):
-        chosen = av.sample_online(t, 100, rng, busy)
+        chosen = sample_online(av, t, 100, rng, busy)
         assert chosen.size == 100 == np.unique(chosen).size
         assert av.is_online(chosen, t).all() and not busy[chosen].any()
 
@@ -175,9 +176,9 @@ def test_sample_online_when_few_are_eligible() -> None:
     av = from_intervals(device, np.zeros(4), np.full(4, 10.0), region, 1)
     busy = np.zeros(1000, dtype=bool)
     busy[10] = True
-    got = av.sample_online(5.0, 100, np.random.default_rng(0), busy)
+    got = sample_online(av, 5.0, 100, np.random.default_rng(0), busy)
     assert sorted(got) == [3, 500, 999]
-    assert av.sample_online(20.0, 100, np.random.default_rng(0)).size == 0
+    assert sample_online(av, 20.0, 100, np.random.default_rng(0)).size == 0
 
 
 def test_sample_online_is_uniform() -> None:
@@ -186,7 +187,7 @@ def test_sample_online_is_uniform() -> None:
     rng = np.random.default_rng(7)
     hits = np.zeros(50)
     for _ in range(2000):
-        hits[av.sample_online(1.0, 10, rng, busy)] += 1
+        hits[sample_online(av, 1.0, 10, rng, busy)] += 1
     assert hits[busy].sum() == 0
     expected = 2000 * 10 / 40
     assert np.all(np.abs(hits[~busy] - expected) < 5 * np.sqrt(expected))
