@@ -99,8 +99,10 @@ def instrument(timers: Timers) -> None:
         setattr(cls, name, timers.wrap(label, getattr(cls, name)))
     select = PanelFilter.select
 
-    def select_timed(self: Any, cohort: Any, round_idx: int, population: Any) -> Any:
-        return select(self, cohort, round_idx, timers.wrap("oracle", population))
+    def select_timed(self: Any, losses: Any, weights: Any, client_idx: Any, round_idx: int,
+                     t_s: float, population: Any) -> Any:
+        return select(self, losses, weights, client_idx, round_idx, t_s,
+                      timers.wrap("oracle", population))
 
     PanelFilter.select = timers.wrap("selection", select_timed)  # type: ignore[method-assign]
 

@@ -263,7 +263,7 @@ def _check_model_moved(scenario: Scenario, built: _Built, health: Health) -> Non
     """RunStalled when the run aggregated updates but its model ended exactly as it
     started: every combination weighed the updates to nothing (q-FFL's F_k^q overflowing,
     say), and the run learned nothing while each round looked healthy."""
-    if torch.equal(built.learner.params, built.initial):
+    if torch.equal(built.learner.model.params, built.initial):
         rule = plugins_of(scenario)["aggregator.name"]
         keys = [f"aggregator.{key}" for key in rule.keys]
         raise RunStalled(f"the model never changed: its {health.rounds} rounds aggregated "
