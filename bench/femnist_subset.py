@@ -28,7 +28,7 @@ import torch
 from simfl.data import load_data
 from simfl.data.femnist import DEFAULT_RELATIVE_PATH, MAKE_IT
 from simfl.data.location import resolve_data_path
-from simfl.data.packed import ClientData, FederatedData
+from simfl.data.packed import ClientData, Clients, FederatedData
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.scenario import DataConfig, load_scenario
@@ -41,7 +41,8 @@ def rows_read(writers: np.ndarray, drawn: list[FederatedData]) -> np.ndarray:
     return np.isin(writers.astype(str), ids.astype(str))
 
 
-def same(a: ClientData, b: ClientData) -> bool:
+def same(a: Clients, b: Clients) -> bool:
+    assert isinstance(a, ClientData) and isinstance(b, ClientData)  # FEMNIST is held in memory
     return (torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
             and np.array_equal(a.offsets, b.offsets) and np.array_equal(a.client_ids, b.client_ids))
 

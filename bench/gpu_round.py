@@ -38,7 +38,9 @@ ON_GPU = DEVICE.type == "cuda"
 
 def training_clients() -> ClientData:
     data = load_data(DataConfig(dataset="femnist", min_samples_per_client=100), Streams(0))
-    return data.train.to(DEVICE)
+    train = data.train.to(DEVICE)
+    assert isinstance(train, ClientData)  # FEMNIST is held in memory
+    return train
 
 
 def synchronize() -> None:

@@ -60,7 +60,7 @@ def daily(seed: int, days: int, strength: float) -> tuple[str, list[Day]]:
     streams = Streams(scenario.seed)
     data = load_data(scenario.data, streams)
     cfg = scenario.population
-    covariate = client_covariate(data.train, cfg.covariate)
+    covariate = client_covariate(data.train, cfg.covariate, data.num_classes)
     assert covariate is not None
     population = build_population(cfg, data.train.num_clients, covariate, streams,
                                   scenario.model.name)

@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace, seed: int) -> tuple[Path, list[BiasRound]]:
              population: tuple[np.ndarray, np.ndarray] | None) -> dict[str, object]:
         if population is not None:
             kept.append(BiasRound(round_idx, population[0].copy(), population[1].copy(),
-                                  panel.online.copy(), openings[-2::-1][:args.fresh]))
+                                  panel.presence.online.copy(), openings[-2::-1][:args.fresh]))
         return original(panel, round_idx, cohort, estimates, population)
 
     setattr(EstimatorPanel, "bias_columns", keep)  # noqa: B010 (restored below)

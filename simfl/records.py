@@ -6,7 +6,8 @@ length) and buffered. A run writes each table in parts as it goes:
 ``flush_every`` appends), each written atomically, so a crash or a kill leaves
 readable files with every row flushed so far. A finished run merges the parts
 into ``<table>.parquet`` (one file whose bytes depend on its rows only, so a
-resumed run ends with the same file as an uninterrupted one) and removes them once
+resumed run ends with the same file as an uninterrupted one; merged part by part, in
+the memory of about a part, :func:`merge_parts`) and removes them once
 its manifest says complete.
 :func:`read_table` reads either form. Schemas are fixed here, so every run
 writes the same types; the tables' names (:data:`simfl.rundir.TABLES`), the files'
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from simfl.errors import InputError
@@ -307,13 +309,40 @@ class TableWriter:
         end out of order). The parts stay: the run's last checkpoint counts on them
         until the run is complete."""
         self.flush()
-        parts = [pq.read_table(p, schema=self.schema) for p in _part_files(self.parts_dir)]
-        table = pa.concat_tables([self.schema.empty_table(), *parts]).combine_chunks()
-        if "round" in self.schema.names:
-            order = np.argsort(table.column("round").to_numpy(), kind="stable")
-            table = table.take(pa.array(order))
-        write_atomically(self.path, lambda tmp: pq.write_table(
-            table, tmp, row_group_size=ROW_GROUP_ROWS))
+        write_atomically(self.path, lambda tmp: merge_parts(
+            _part_files(self.parts_dir), self.schema, tmp))
+
+
+def merge_parts(parts: list[Path], schema: pa.Schema, path: Path) -> None:
+    """The rows of ``parts``, in that order and stably sorted by round when the table has
+    one, as one Parquet file of :data:`ROW_GROUP_ROWS`-row groups: the bytes of the whole
+    table sorted and written at once, in the memory of about a part. After reading part
+    i, the rows of a round below every later part's first round can come from no later
+    part: they are written, sorted, and the rest wait."""
+    rounds = "round" in schema.names
+    lows = [pc.min(pq.read_table(p, columns=["round"]).column(0)).as_py() if rounds else None
+            for p in parts]
+    bounds = [min((low for low in lows[i + 1:] if low is not None), default=None)
+              for i in range(len(parts))]  # the lowest round of a later part
+    waiting, pending = schema.empty_table(), schema.empty_table()
+    with pq.ParquetWriter(path, schema) as writer:
+        groups = 0
+        for part, bound in zip(parts, bounds, strict=True):
+            waiting = pa.concat_tables([waiting, pq.read_table(part, schema=schema)])
+            if rounds:
+                column = waiting.column("round").to_numpy()
+                done = column < bound if bound is not None else np.ones(len(column), bool)
+                index = np.flatnonzero(done)
+                ready = waiting.take(index[np.argsort(column[index], kind="stable")])
+                waiting = waiting.filter(pa.array(~done))
+            else:
+                ready, waiting = waiting, schema.empty_table()
+            pending = pa.concat_tables([pending, ready])
+            while pending.num_rows >= ROW_GROUP_ROWS:
+                writer.write_table(pending.slice(0, ROW_GROUP_ROWS), ROW_GROUP_ROWS)
+                pending, groups = pending.slice(ROW_GROUP_ROWS), groups + 1
+        if pending.num_rows or not groups:  # pq.write_table writes an empty table's group
+            writer.write_table(pending, ROW_GROUP_ROWS)
 
 
 def _restore_parts(path: Path, parts_dir: Path, committed: Committed) -> None:

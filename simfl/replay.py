@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from simfl.aggregate import Aggregator, Selection
-from simfl.data.packed import ClientData
+from simfl.data.packed import Clients
 from simfl.errors import RunFailed
 from simfl.train.evaluate import CohortEval
 from simfl.train.learner import AsyncLearner
@@ -108,7 +108,7 @@ class JournaledLearner(AsyncLearner):
         if self.journal.live:
             super().aggregate(client_idx, losses)
 
-    def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
+    def evaluate(self) -> dict[str, tuple[Clients, CohortEval]]:
         if self.journal.live:
             result = super().evaluate()
             self.journal.last_eval = {split: ev for split, (_, ev) in result.items()}

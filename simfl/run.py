@@ -178,7 +178,7 @@ def _build(scenario: Scenario) -> _Built:
                         scenario.model.bias, scenario.model.params).to(device)
     params = initial_params(model, streams.seed("init"), dtype, scenario.model.init).to(device)
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
-                     streams)
+                     streams, scenario.eval.class_major)
     learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))
     return _Built(streams, device, learner, _population(scenario, data, streams),
                   params.clone())
@@ -263,7 +263,7 @@ def _check_model_moved(scenario: Scenario, built: _Built, health: Health) -> Non
     """RunStalled when the run aggregated updates but its model ended exactly as it
     started: every combination weighed the updates to nothing (q-FFL's F_k^q overflowing,
     say), and the run learned nothing while each round looked healthy."""
-    if torch.equal(built.learner.params, built.initial):
+    if torch.equal(built.learner.model.params, built.initial):
         rule = plugins_of(scenario)["aggregator.name"]
         keys = [f"aggregator.{key}" for key in rule.keys]
         raise RunStalled(f"the model never changed: its {health.rounds} rounds aggregated "
@@ -306,7 +306,7 @@ def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Po
     computing the scenario's model."""
     cfg = scenario.population
     return build_population(cfg, data.train.num_clients,
-                            client_covariate(data.train, cfg.covariate), streams,
+                            client_covariate(data.train, cfg.covariate, data.num_classes), streams,
                             scenario.model.name)
 
 

@@ -83,6 +83,11 @@ class SyntheticConfig:
     # plus a second one of std tail_shift, so one global model cannot serve both groups.
     tail_share: float = _f(0.0, (lambda v: 0 <= v < 1, "must be in [0, 1)"))
     tail_shift: float = _f(0.0, NON_NEGATIVE)
+    # Make each device's samples (float32) from its own stream whenever they are needed,
+    # never holding the population's: for populations whose features do not fit in
+    # memory. Standardised with the generator's own moments (simfl/data/synthetic.py);
+    # other draws than the in-memory generator's, of the same distribution.
+    on_demand: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,6 +268,12 @@ class ServerConfig:
 class EvalConfig:
     every: int = _f(10, POSITIVE)  # rounds between evaluations of every device (and at the end)
     batch_size: int = _f(256, POSITIVE)  # samples per forward pass (256 is cache-friendly on CPU)
+    # The losses' log-softmax over a (classes, samples) copy of each batch's logits instead
+    # of torch's cross_entropy over (samples, classes): the same function, several times
+    # faster on a CPU for a few classes (its kernel is vectorised across samples), the
+    # same losses within a few ulps, not to the bit. For runs whose passes over the
+    # population dominate (simfl/train/evaluate.py).
+    class_major: bool = False
 
 
 # --- population (devices, availability, network) ---
@@ -373,7 +384,8 @@ class PopulationConfig:
          "must be a non-empty array of regions with distinct names"),
     )
     region_assignment: Literal["random", "covariate"] = "random"
-    covariate: Literal["digit_share", "writer_group", "num_samples"] = "digit_share"
+    covariate: Literal["digit_share", "label_share", "writer_group", "num_samples"] = \
+        "digit_share"
     covariate_strength: float = _f(1.0, UNIT_INTERVAL)  # 0 = random, 1 = sorted by covariate
     failure_rate_per_h: float = _f(0.0, NON_NEGATIVE)  # hazard per hour of participation
     availability: AvailabilityConfig = _f(AvailabilityConfig)

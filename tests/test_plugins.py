@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from importlib import import_module, metadata
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +24,7 @@ from simfl.aggregate import Aggregator, make_aggregator
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.population.availability import build_availability
+from simfl.quantile.estimators import Cohort, Estimate
 from simfl.quantile.panel import EstimatorPanel
 from simfl.rng import Streams
 from simfl.scenario import (
@@ -228,6 +230,64 @@ def test_estimator_and_availability_plugins(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         plugins.ESTIMATORS.table.pop("exact_again")
         plugins.AVAILABILITY.table.pop("everyone")
+
+
+@dataclass(frozen=True)
+class _Counting:
+    """A stateful estimator plug-in: the cohort's largest loss, and the rounds so far."""
+
+    name: str = "counting"
+    losses_in_clear: bool = True
+
+    def init(self) -> dict[str, int]:
+        return {"rounds": 0}
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator,
+                 state: dict[str, int]) -> Estimate:
+        return Estimate(float(cohort.losses.max()), state={"rounds": state["rounds"] + 1})
+
+
+@dataclass
+class _KeepsItsState:
+    """The same, counting in itself: the Monte-Carlo cohorts would advance it too."""
+
+    name: str = "keeps"
+    losses_in_clear: bool = True
+    rounds: int = 0
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+        self.rounds += 1
+        return Estimate(float(cohort.losses.max()))
+
+    def state_dict(self) -> dict[str, int]:
+        return {"rounds": self.rounds}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.rounds = state["rounds"]
+
+
+def test_a_stateful_estimator_plugin_returns_its_state_and_one_keeping_it_is_refused() -> None:
+    @simfl.register_estimator("counting")
+    def counting(ctx: object) -> _Counting:
+        return _Counting()
+
+    @simfl.register_estimator("keeps")
+    def keeps(ctx: object) -> _KeepsItsState:
+        return _KeepsItsState()
+
+    try:
+        cfg = from_dict({"aggregator": {"name": "deltafl"},
+                         "estimator": {"name": "counting"}}).estimator
+        panel = EstimatorPanel(cfg, 0.5, 4, Streams(0))
+        cohort = Cohort(np.array([0.5, 2.0]), np.ones(2), np.arange(2), 0.0)
+        assert panel.estimate(cohort, 0)["counting"].threshold == 2.0
+        panel.estimate(cohort, 1)
+        assert panel.state_dict()["estimators"] == {"counting": {"rounds": 2}}
+        with pytest.raises(InputError, match="'keeps' .* keeps its state itself"):
+            EstimatorPanel(replace(cfg, name="keeps"), 0.5, 4, Streams(0))
+    finally:
+        plugins.ESTIMATORS.table.pop("counting")
+        plugins.ESTIMATORS.table.pop("keeps")
 
 
 def test_a_plugin_model_builds_and_initialises(tmp_path: Path,

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from simfl import records
 from simfl.errors import InputError
 from simfl.plots.runs import ASYNC_FIGURES, RUN_FIGURES
 from simfl.records import (
@@ -107,6 +109,47 @@ def test_merged_bytes_do_not_depend_on_where_the_parts_were_cut(tmp_path: Path) 
         recorder.merge()
         files.append((run_dir / "rounds.parquet").read_bytes())
     assert files[0] == files[1] == files[2]
+
+
+@pytest.mark.parametrize("group_rows", [4, 1 << 17])
+def test_the_merge_is_the_whole_table_sorted_by_round_part_by_part(
+        tmp_path: Path, group_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts whose rounds overlap (a straggler's round written after later rounds) and an
+    empty one merge to the bytes of all rows stably sorted by round and written at once."""
+    monkeypatch.setattr(records, "ROW_GROUP_ROWS", group_rows)
+    schema = SCHEMAS["comm"]
+    rounds = [[0, 0, 1, 2], [1, 3, 3], [], [2, 4], [4, 5, 6, 5, 7, 7, 8], [6, 9]]
+    paths, seen = [], 0
+    for i, part in enumerate(rounds):
+        table = pa.table({f.name: _values(f, part, seen) for f in schema}, schema=schema)
+        paths.append(tmp_path / f"part-{i:06d}.parquet")
+        pq.write_table(table, paths[-1])
+        seen += len(part)
+    records.merge_parts(paths, schema, tmp_path / "merged.parquet")
+    whole = pa.concat_tables([pq.read_table(p, schema=schema) for p in paths])
+    order = np.argsort(whole.column("round").to_numpy(), kind="stable")
+    pq.write_table(whole.take(order), tmp_path / "at_once.parquet", row_group_size=group_rows)
+    merged = (tmp_path / "merged.parquet").read_bytes()
+    assert merged == (tmp_path / "at_once.parquet").read_bytes()
+    got = pq.read_table(tmp_path / "merged.parquet")
+    assert got.column("round").to_pylist() == sorted(r for part in rounds for r in part)
+    # stable: within a round, the rows keep the parts' order (bytes is each row's index)
+    assert got.column("bytes").to_pylist()[:4] == [0, 1, 2, 4]
+    assert pq.read_metadata(tmp_path / "merged.parquet").num_row_groups == -(-seen // group_rows)
+    records.merge_parts([paths[2]], schema, tmp_path / "empty.parquet")  # as write_table
+    pq.write_table(schema.empty_table(), tmp_path / "empty_at_once.parquet")
+    assert (tmp_path / "empty.parquet").read_bytes() == \
+        (tmp_path / "empty_at_once.parquet").read_bytes()
+
+
+def _values(field: pa.Field, rounds: list[int], first: int) -> list[object]:
+    """A column of rows in the given rounds: the rounds, else each row's index."""
+    index = list(range(first, first + len(rounds)))
+    if field.name == "round":
+        return rounds
+    if field.type == pa.string():
+        return [f"row {i}" for i in index]
+    return [float(i) for i in index] if pa.types.is_floating(field.type) else index
 
 
 def test_restoring_a_checkpoint_drops_later_parts_and_an_unfinished_merge(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ from simfl.scenario import AggregatorConfig, DataConfig, from_dict
 from simfl.sim import interface
 from simfl.sim.server import LearnerLike
 from simfl.train.learner import Learner
+from simfl.train.threshold import PanelFilter
 
 NUM_ROUNDS = 9
 # Δ-FL with shadow estimators (IPW keeps check-in counts), over-selection on a diurnal
@@ -745,6 +746,7 @@ def test_learner_state_is_plain_data_under_named_keys() -> None:
     assert set(state) == {"params", "version", "aggregator_state", "updates", "estimators",
                           "kept"}
     assert set(state["estimators"]) == {"checkins", "checkins_days", "online", "estimators"}
+    assert list(state["estimators"]["estimators"]["tracking"]) == ["eta"]  # format 3's layout
     plain = (str, int, float, bool, type(None), np.ndarray, np.generic, torch.Tensor)
     assert all(isinstance(leaf, plain) for leaf in _leaves(state))
     assert b"simfl" not in pickle.dumps(state)
@@ -756,23 +758,24 @@ def test_learner_state_round_trips() -> None:
         learner.observe_online(float(t), np.arange(t // 1200 % 3, 6, 2))
         learner.select(np.linspace(0.5, 2.0, 4), np.arange(4), t // 1200, float(t))
     other = _delta_fl_learner(seed=1)
-    assert not torch.equal(other.params, learner.params)
+    assert not torch.equal(other.model.params, learner.model.params)
     other.load_state_dict(learner.state_dict())
-    assert torch.equal(other.params, learner.params)
-    panels = [x.filter.panel for x in (learner, other) if x.filter is not None]
-    assert panels[0].driver.eta == panels[1].driver.eta != 1.0  # tracking moved
+    assert torch.equal(other.model.params, learner.model.params)
+    panels = [x.filter.panel for x in (learner, other) if isinstance(x.filter, PanelFilter)]
+    assert panels[0].states == panels[1].states != {"tracking": {"eta": 1.0}}  # it moved
     for records in ("checkins", "checkins_days"):
-        a, b = (getattr(p, records) for p in panels)
+        a, b = (getattr(p.presence, records) for p in panels)
         np.testing.assert_array_equal(a.seen, b.seen)
         np.testing.assert_array_equal(a.rounds, b.rounds)
-    assert panels[0].checkins.rounds.sum() > 0
+    assert panels[0].presence.checkins.rounds.sum() > 0
     ipw = [next(e for e in p.estimators if e.name == "ipw") for p in panels]
     cohort = Cohort(np.linspace(0.5, 2.0, 5), np.ones(5), np.arange(5), 4 * 3600.0)
     assert (ipw[0].estimate(cohort, 0.5, np.random.default_rng(0)).threshold
             == ipw[1].estimate(cohort, 0.5, np.random.default_rng(0)).threshold)
     afl = {"data": {"synthetic": {"num_clients": 8}}, "aggregator": {"name": "afl"}}
     learner = simfl.run._build(from_dict(afl)).learner
-    learner.aggregator_state = learner.aggregator_state * 0.5 + 0.25
+    learner.model.aggregator_state = learner.model.aggregator_state * 0.5 + 0.25
     other = simfl.run._build(from_dict({**afl, "seed": 1})).learner
     other.load_state_dict(learner.state_dict())
-    np.testing.assert_array_equal(other.aggregator_state, learner.aggregator_state)
+    np.testing.assert_array_equal(other.model.aggregator_state,
+                                  learner.model.aggregator_state)

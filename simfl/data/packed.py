@@ -1,16 +1,29 @@
 """Packed federated storage: one tensor of samples plus per-client offsets.
 
 Client k owns rows ``offsets[k]:offsets[k + 1]`` of ``x`` and ``y``, so a cohort
-is gathered with one vectorised index, never a Python loop over samples.
+is gathered with one vectorised index, never a Python loop over samples. Clients
+whose samples are made when asked for (:class:`GeneratedClients`) hold only the
+offsets and give packed :class:`ClientData` for a cohort, or for the whole side in
+chunks of bounded memory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
+
+# Features of one chunk of generated clients (GeneratedClients.chunks): large enough
+# that a chunk's batched forward passes cost far more than its start (thousands of
+# synthetic devices), small beside a run's model and population.
+CHUNK_BYTES = 32 * 2**20
 
 
 def client_rows(offsets: np.ndarray, client_idx: np.ndarray) -> np.ndarray:
@@ -56,6 +69,10 @@ class ClientData:
         """(K,) samples per client."""
         return np.diff(self.offsets)
 
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
     def rows(self, client_idx: np.ndarray) -> np.ndarray:
         """Row indices of the given clients' samples, concatenated in the given order."""
         return client_rows(self.offsets, client_idx)
@@ -69,10 +86,94 @@ class ClientData:
         return ClientData(take_rows(self.x, rows), take_rows(self.y, rows), offsets,
                           self.client_ids[client_idx])
 
+    def chunks(self) -> Iterator[ClientData]:
+        """The clients in memory: one chunk, themselves."""
+        yield self
+
     def to(self, device: torch.device) -> ClientData:
         """The same clients with their samples on ``device`` (e.g. all of them on a GPU once,
         so that rounds gather cohorts there instead of copying them from the host)."""
         return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.client_ids)
+
+
+class Clients(Protocol):
+    """K clients' samples, held in memory (:class:`ClientData`) or made when asked for
+    (:class:`GeneratedClients`): what training and evaluation read."""
+
+    @property
+    def offsets(self) -> np.ndarray: ...  # (K + 1,) int64
+    @property
+    def client_ids(self) -> np.ndarray: ...  # (K,) str
+    @property
+    def num_clients(self) -> int: ...
+    @property
+    def num_samples(self) -> np.ndarray: ...  # (K,)
+    @property
+    def sample_shape(self) -> tuple[int, ...]: ...
+
+    def subset(self, client_idx: np.ndarray) -> ClientData:
+        """The given clients' samples, packed in that order."""
+        ...
+
+    def chunks(self) -> Iterator[ClientData]:
+        """Every client's samples, packed, in runs of consecutive clients (in order)."""
+        ...
+
+    def to(self, device: torch.device) -> Clients: ...
+
+
+# Writes the samples of the given devices (m,), concatenated in their order, into x
+# (n, *sample_shape) float32 and y (n,) int64, n their samples in all.
+MakeSamples = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+
+
+@dataclass(frozen=True)
+class GeneratedClients:
+    """Clients whose samples are made when asked for and never held together: client i is
+    device ``device_idx[i]`` of ``make``, whose samples are a pure function of the
+    device, the same whichever devices are made with it: a cohort, a chunk or one
+    client alone."""
+
+    make: MakeSamples
+    device_idx: np.ndarray  # (K,) int64, the device of each client
+    offsets: np.ndarray  # (K + 1,) int64, as ClientData's (the sample counts make gives)
+    client_ids: np.ndarray  # (K,) str
+    sample_shape: tuple[int, ...]
+    device: torch.device = torch.device("cpu")  # where the samples made are put
+    chunk_bytes: int = CHUNK_BYTES  # features of one chunk at most (a client more if one alone)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def num_samples(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def subset(self, client_idx: np.ndarray) -> ClientData:
+        """The given clients' samples, made now and packed in that order."""
+        client_idx = np.asarray(client_idx, dtype=np.int64)
+        counts = self.num_samples[client_idx]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        x = np.empty((offsets[-1], *self.sample_shape), np.float32)
+        y = np.empty(offsets[-1], np.int64)
+        self.make(self.device_idx[client_idx], x, y)
+        return ClientData(torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device),
+                          offsets, self.client_ids[client_idx])
+
+    def chunks(self) -> Iterator[ClientData]:
+        """Every client's samples in runs of consecutive clients, each at most
+        ``chunk_bytes`` of float32 features (or one client), made one run at a time."""
+        limit = max(1, self.chunk_bytes // (4 * math.prod(self.sample_shape)))  # samples
+        start = 0
+        while start < self.num_clients:
+            stop = int(np.searchsorted(self.offsets, self.offsets[start] + limit, "right")) - 1
+            stop = max(stop, start + 1)
+            yield self.subset(np.arange(start, stop))
+            start = stop
+
+    def to(self, device: torch.device) -> GeneratedClients:
+        return dataclasses.replace(self, device=device)
 
 
 @dataclass(frozen=True)
@@ -80,8 +181,8 @@ class FederatedData:
     """Training devices and unseen test devices of one federated dataset."""
 
     name: str
-    train: ClientData  # training devices (their local data)
-    test: ClientData  # unseen test devices, never trained on
+    train: Clients  # training devices (their local data)
+    test: Clients  # unseen test devices, never trained on
     num_classes: int
 
     def to(self, device: torch.device) -> FederatedData:
@@ -90,17 +191,20 @@ class FederatedData:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.train.x.shape[1:])
+        return self.train.sample_shape
 
     def fingerprint(self) -> str:
         """sha256 of which device holds which labels: both sides' device ids, sample
-        counts and labels. Not the features: standardised, their floats may differ in the
-        last bit with the thread count. A resume checks it (simfl.run)."""
+        counts and labels; of generated clients, the labels of their first chunk (the
+        others are made by the same code from the same seed, both checked apart). Not
+        the features: standardised, their floats may differ in the last bit with the
+        thread count. A resume checks it (simfl.run)."""
         digest = hashlib.sha256(self.name.encode())
         for side in (self.train, self.test):
             digest.update("\0".join(map(str, side.client_ids)).encode())
             digest.update(np.asarray(side.offsets, dtype=np.int64).tobytes())
-            digest.update(side.y.cpu().numpy().astype(np.int64).tobytes())
+            for chunk in itertools.islice(side.chunks(), 1):  # data in memory: all of it
+                digest.update(chunk.y.cpu().numpy().astype(np.int64).tobytes())
         return digest.hexdigest()
 
     def describe(self) -> str:

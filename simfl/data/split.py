@@ -136,6 +136,13 @@ def authors_pixels(
     )
 
 
+def check_vectors(cfg: DataConfig, source: str) -> None:
+    """InputError when ``cfg`` asks for an image scaling of samples that are vectors."""
+    if cfg.pixel_scaling == "authors":
+        raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' is for 28x28 FEMNIST "
+                         f"images; these samples are flat feature vectors")
+
+
 def federate(
     name: str,
     clients: ClientData,
@@ -149,9 +156,8 @@ def federate(
     rng = streams.numpy("data_split")
     train_idx, test_idx = split_clients(clients.num_samples, cfg, rng, source)
     train, test = clients.subset(train_idx), clients.subset(test_idx)
-    if cfg.pixel_scaling == "authors" and per_feature:
-        raise InputError(f"{source}: 'data.pixel_scaling' = 'authors' is for 28x28 FEMNIST "
-                         f"images; these samples are flat feature vectors")
+    if per_feature:
+        check_vectors(cfg, source)
     train_x, test_x = train.x, test.x
     if cfg.standardise:
         train_x, test_x = standardise(train_x, test_x, per_feature)

@@ -12,6 +12,7 @@ from simfl.population.availability import (
     from_csr,
     from_intervals,
     known_rates,
+    sample_online,
 )
 from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE
 from simfl.population.devices import assign_regions, build_devices, default_data_dir
@@ -35,5 +36,6 @@ __all__ = [
     "known_rates",
     "network_paths",
     "read_trace",
+    "sample_online",
     "write_trace",
 ]

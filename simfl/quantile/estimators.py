@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -87,20 +87,45 @@ class Cohort:
     t_s: float  # simulated time of the loss reports
 
 
+State = Any  # a stateful estimator's memory across rounds: plain data (checkpoints hold it)
+
+
 @dataclass(frozen=True)
 class Estimate:
     threshold: float
     exchanges: tuple[Exchange, ...] = ()  # per participating device, in order
     secure_sums: int = 0
+    state: State = None  # a stateful estimator's state for the next round
 
 
 class Estimator(Protocol):
+    """An estimator without memory across rounds: η̂ from this round's cohort alone."""
+
     @property
     def name(self) -> str: ...
     @property
     def losses_in_clear(self) -> bool: ...
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate: ...
+
+
+@runtime_checkable
+class StatefulEstimator(Protocol):
+    """An estimator with memory across rounds, which it returns instead of keeping (as an
+    aggregation rule's ``combine`` does): ``init()`` is the first round's state, and
+    ``estimate`` takes a round's state and returns the next in ``Estimate.state``. The
+    panel holds the state, so estimating again from the same state (the bias
+    decomposition's Monte-Carlo cohorts) never advances it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def losses_in_clear(self) -> bool: ...
+
+    def init(self) -> State: ...
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator,
+                 state: State) -> Estimate: ...
 
 
 def _noisy_sum(values: np.ndarray, noise_std: float, rng: np.random.Generator) -> np.ndarray:
@@ -246,34 +271,28 @@ class SecureBisection:
                         exchanges + (broadcast_threshold(),), sums)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tracking:
     """η_t used this round, then η_{t+1} = η_t exp(−step (b̄_t − p)), b̄_t the α-weighted
-    share of the cohort with F_k ≤ η_t. State: η."""
+    share of the cohort with F_k ≤ η_t. State: {"eta": η_t} (a StatefulEstimator)."""
 
     initial: float = 1.0
     step: float = 0.2
     noise_std: float = 0.0
     name: str = "tracking"
     losses_in_clear: bool = False
-    eta: float = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.eta = self.initial
+    def init(self) -> dict[str, float]:
+        return {"eta": self.initial}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"eta": self.eta}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.eta = float(state["eta"])
-
-    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator,
+                 state: dict[str, float]) -> Estimate:
         x, alpha = cohort.losses, cohort.weights
-        used = self.eta
+        used = state["eta"]
         below, total = _noisy_sum(np.stack([alpha * (x <= used), alpha], 1), self.noise_std, rng)
         share = min(max(below / total, 0.0), 1.0) if total > 0 else level
-        self.eta = used * math.exp(-self.step * (share - level))
-        return Estimate(used, (broadcast_threshold(), *secure_sum(len(x), 2)), 1)
+        return Estimate(used, (broadcast_threshold(), *secure_sum(len(x), 2)), 1,
+                        {"eta": used * math.exp(-self.step * (share - level))})
 
 
 @dataclass
@@ -404,9 +423,24 @@ class HistoryStratified:
     bins: int = 4
     name: str = "poststrat_history"
     losses_in_clear: bool = True
+    # of the last record seen: its arrays' ids and round counts, the strata, their sizes
+    _last: list[Any] = field(default_factory=lambda: [None, None, None], compare=False,
+                             repr=False)
 
     def history_strata(self) -> np.ndarray:
-        """(N,) stratum of each device: region × bin of its earlier days' check-in rate."""
+        """(N,) stratum of each device: region × bin of its earlier days' check-in rate
+        (read-only; made again only when the record has counted more rounds: once a UTC
+        day, not every round)."""
+        record = self.checkins
+        key = (id(record.seen), id(record.rounds), record.rounds.tobytes())
+        if self._last[0] != key:
+            strata = self._strata()
+            strata.flags.writeable = False
+            size = self.strata.max() * self.bins + self.bins
+            self._last[:] = [key, strata, np.bincount(strata, minlength=size).astype(float)]
+        return self._last[1]
+
+    def _strata(self) -> np.ndarray:
         rounds = self.checkins.rounds.sum()
         if rounds == 0 or self.bins == 1:
             return self.strata * self.bins
@@ -421,8 +455,8 @@ class HistoryStratified:
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
         stratum_of = self.history_strata()
-        size = self.strata.max() * self.bins + self.bins
-        population = np.bincount(stratum_of, minlength=size).astype(float)
+        population = self._last[2]  # (S,) devices of each stratum
+        size = len(population)
         stratum = stratum_of[cohort.client_idx]
         in_cohort = np.bincount(stratum, minlength=size)
         present = population * (in_cohort > 0)

@@ -27,16 +27,16 @@ cohorts of the online devices, plus the busy devices (the E_online draws include
 them) and the reports lost before the threshold; in async mode the cohort is the
 buffered arrivals, so which tasks arrived and their staleness enter too. The
 expectations are Monte-Carlo means over ``decomposition_draws`` cohorts, on the
-population's losses under the same model, with the estimator's state at this
-round (a copy: the draws never advance it). The three terms add up to the bias
-by construction; their sizes say which cause dominates. For ``tracking``, which
-returns the η it carries whatever the cohort, E_all = E_online = η̂: its whole
-bias is the sampling term.
+population's losses under the same model, from the estimator's state at this
+round (the panel holds it, and an estimator returns its next state instead of
+keeping it, so the draws never advance it: StatefulEstimator). The three terms add
+up to the bias by construction; their sizes say which cause dominates. For
+``tracking``, which returns the η it carries whatever the cohort, E_all = E_online
+= η̂: its whole bias is the sampling term.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,8 @@ from simfl.quantile.estimators import (
     PostStratified,
     SecureBisection,
     SecureMM,
+    State,
+    StatefulEstimator,
     Tracking,
 )
 from simfl.quantile.kernels import weighted_quantile
@@ -93,7 +95,7 @@ def secure_bisection(ctx: EstimatorContext) -> Estimator:
     return SecureBisection(bis.low, bis.high, bis.tol, noise_std=ctx.cfg.noise_std)
 
 
-def tracking(ctx: EstimatorContext) -> Estimator:
+def tracking(ctx: EstimatorContext) -> StatefulEstimator:
     return Tracking(ctx.cfg.tracking.initial, ctx.cfg.tracking.step,
                     noise_std=ctx.cfg.noise_std)
 
@@ -132,17 +134,70 @@ def _known(rates: OnlineRates | None) -> OnlineRates:
     return rates
 
 
-def _estimator(name: str, ctx: EstimatorContext) -> Estimator:
+def _estimator(name: str, ctx: EstimatorContext) -> Estimator | StatefulEstimator:
     """The estimator ``name`` (simfl.plugins.ESTIMATORS) for the run ``ctx`` describes;
-    InputError for a plug-in whose estimator has no ``name`` or ``estimate``."""
+    InputError for a plug-in whose estimator has no ``name`` or ``estimate``, or keeps
+    its state itself (``load_state_dict``) instead of returning it."""
     plugin = ESTIMATORS.lookup(name, "estimator.name")
     made = build(plugin, "estimator.name", ctx.cfg, ctx)
     if not all(hasattr(made, a) for a in ("name", "losses_in_clear", "estimate")):
         raise InputError(f"'estimator.name' = {name!r} ({plugin.path}) returned a "
                          f"{type(made).__name__}, which lacks name, losses_in_clear or "
                          f"estimate (simfl.quantile.estimators.Estimator)")
-    estimator: Estimator = made
+    if hasattr(made, "load_state_dict") and not isinstance(made, StatefulEstimator):
+        raise InputError(f"'estimator.name' = {name!r} ({plugin.path}) keeps its state "
+                         f"itself (load_state_dict); an estimator returns it instead: init() "
+                         f"and estimate(cohort, level, rng, state) "
+                         f"(simfl.quantile.estimators.StatefulEstimator)")
+    estimator: Estimator | StatefulEstimator = made
     return estimator
+
+
+def _run(estimator: Estimator | StatefulEstimator, cohort: Cohort, level: float,
+         rng: np.random.Generator, states: dict[str, State]) -> Estimate:
+    """``estimator``'s η̂ on ``cohort``; a stateful one's from its state in ``states``."""
+    if isinstance(estimator, StatefulEstimator):
+        return estimator.estimate(cohort, level, rng, states[estimator.name])
+    return estimator.estimate(cohort, level, rng)
+
+
+@dataclass
+class Presence:
+    """Who the server has seen online: each training device's check-ins per UTC hour
+    over the rounds before this one, the same over earlier UTC days only (``ipw_days``,
+    ``poststrat_history``; None when no estimator reads it), and the devices online when
+    the last round opened (the decomposition's E_online draws from them)."""
+
+    checkins: CheckIns
+    checkins_days: CheckIns | None
+    online: np.ndarray
+
+    @classmethod
+    def start(cls, num_devices: int, prior: float, days: bool) -> Presence:
+        """Nothing seen yet: every device counted online when the first round opens."""
+        return cls(CheckIns(num_devices, prior),
+                   CheckIns(num_devices, prior, earlier_days=True) if days else None,
+                   np.arange(num_devices))
+
+    def observe(self, t_s: float, online_idx: np.ndarray) -> None:
+        """A round opens at ``t_s`` with these devices online."""
+        self.checkins.observe(t_s, online_idx)
+        if self.checkins_days is not None:
+            self.checkins_days.observe(t_s, online_idx)
+        self.online = np.asarray(online_idx, dtype=np.int64)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"checkins": self.checkins.state_dict(),
+                "checkins_days": (None if self.checkins_days is None
+                                  else self.checkins_days.state_dict()),
+                "online": self.online}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``, in place: the estimators keep their check-in records."""
+        self.checkins.load_state_dict(state["checkins"])
+        if self.checkins_days is not None:
+            self.checkins_days.load_state_dict(state["checkins_days"])
+        self.online = state["online"]
 
 
 class EstimatorPanel:
@@ -155,57 +210,48 @@ class EstimatorPanel:
         ``poststrat`` (default: one stratum, the cohort quantile); ``known_rates``: the
         availability model's true online probabilities, for the oracle ``ipw_known``."""
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
-        self.checkins = CheckIns(num_devices, cfg.ipw.prior)
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
-        # the check-ins of earlier UTC days only, an (N, 24) record: when an estimator uses it
-        self.checkins_days = (CheckIns(num_devices, cfg.ipw.prior, earlier_days=True)
-                              if {"ipw_days", "poststrat_history"} & set(names) else None)
+        self.presence = Presence.start(num_devices, cfg.ipw.prior,
+                                       days=bool({"ipw_days", "poststrat_history"} & set(names)))
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
-        ctx = EstimatorContext(cfg, num_devices, self.checkins, self.checkins_days,
-                               np.asarray(strata, dtype=np.int64), known_rates)
-        self.estimators: list[Estimator] = [_estimator(name, ctx) for name in names]
+        ctx = EstimatorContext(cfg, num_devices, self.presence.checkins,
+                               self.presence.checkins_days, np.asarray(strata, dtype=np.int64),
+                               known_rates)
+        self.estimators = [_estimator(name, ctx) for name in names]
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0
         self.wants_checkins = (self.draws > 0 or any(isinstance(e, IPW | HistoryStratified)
                                                      for e in self.estimators)
                                or not all(ESTIMATORS.lookup(n, "estimator.name").builtin
                                           for n in names))  # a plug-in may read them
-        self.online = np.arange(num_devices)  # devices online when the last round opened
-        self.before: list[Estimator] = self.estimators  # their state before this round
+        # the stateful estimators' state for the next round, and for the round in progress
+        self.states: dict[str, State] = {e.name: e.init() for e in self.estimators
+                                         if isinstance(e, StatefulEstimator)}
+        self.before = self.states
 
     def state_dict(self) -> dict[str, Any]:
         """What rounds change, as plain data, for checkpoints: the check-in records, the
-        devices online when the last round opened, and the state of every estimator that
-        has one (``state_dict`` / ``load_state_dict``, as ``tracking``; an estimator
-        without them is stateless)."""
-        return {"checkins": self.checkins.state_dict(),
-                "checkins_days": (None if self.checkins_days is None
-                                  else self.checkins_days.state_dict()),
-                "online": self.online,
-                "estimators": {e.name: e.state_dict() for e in self.estimators
-                               if hasattr(e, "state_dict")}}
+        devices online when the last round opened, and the state of every stateful
+        estimator (as ``tracking``'s: a StatefulEstimator's, plain data)."""
+        return {**self.presence.state_dict(), "estimators": dict(self.states)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``, in place: the estimators keep their check-in records."""
-        self.checkins.load_state_dict(state["checkins"])
-        if self.checkins_days is not None:
-            self.checkins_days.load_state_dict(state["checkins_days"])
-        self.online = state["online"]
-        for e in self.estimators:
-            if hasattr(e, "load_state_dict"):
-                e.load_state_dict(state["estimators"][e.name])
+        self.presence.load_state_dict(state)
+        self.states = {name: state["estimators"][name] for name in self.states}
 
     @property
-    def driver(self) -> Estimator:
+    def driver(self) -> Estimator | StatefulEstimator:
         return self.estimators[0]
 
     def estimate(self, cohort: Cohort, round_idx: int) -> dict[str, Estimate]:
-        """Every estimator's η̂ on this cohort, the driving one first."""
-        if self.draws:  # the state the round's estimates start from, for the decomposition
-            self.before = [copy.copy(e) for e in self.estimators]
-        return {e.name: e.estimate(cohort, self.level,
-                                   self.streams.numpy(f"quantile_noise/{e.name}", round_idx))
-                for e in self.estimators}
+        """Every estimator's η̂ on this cohort, the driving one first; the stateful ones'
+        state moves on to the next round (``before`` keeps this round's)."""
+        self.before = self.states
+        estimates = {e.name: _run(e, cohort, self.level, self.streams.numpy(
+            f"quantile_noise/{e.name}", round_idx), self.before) for e in self.estimators}
+        self.states = {name: estimates[name].state for name in self.states}
+        return estimates
 
     def messages(self, name: str, estimate: Estimate) -> tuple[Exchange, ...]:
         """What estimator ``name`` has each device of the cohort send and receive: its loss
@@ -226,10 +272,7 @@ class EstimatorPanel:
 
     def observe_online(self, t_s: float, online_idx: np.ndarray) -> None:
         if self.wants_checkins:
-            self.checkins.observe(t_s, online_idx)
-            if self.checkins_days is not None:
-                self.checkins_days.observe(t_s, online_idx)
-            self.online = np.asarray(online_idx, dtype=np.int64)
+            self.presence.observe(t_s, online_idx)
 
     def bias_columns(self, round_idx: int, cohort: Cohort, estimates: dict[str, Estimate],
                      population: tuple[np.ndarray, np.ndarray] | None
@@ -264,12 +307,13 @@ class EstimatorPanel:
         training devices, and from the devices online when the round opened."""
         size, alpha = len(cohort.losses), weights / weights.mean()
         means = []
-        for pool_name, pool in (("all", np.arange(len(losses))), ("online", self.online)):
+        pools = (("all", np.arange(len(losses))), ("online", self.presence.online))
+        for pool_name, pool in pools:
             k = min(size, len(pool))
             rng = self.streams.numpy(f"bias_mc/{pool_name}", round_idx)
             draws = [np.sort(rng.choice(pool, size=k, replace=False)) for _ in range(self.draws)]
             means.append(np.array([np.mean([
-                copy.copy(e).estimate(Cohort(losses[idx], alpha[idx], idx, cohort.t_s),
-                                          self.level, rng).threshold
-                for idx in draws]) for e in self.before]))
+                _run(e, Cohort(losses[idx], alpha[idx], idx, cohort.t_s), self.level, rng,
+                     self.before).threshold
+                for idx in draws]) for e in self.estimators]))
         return means[0], means[1]

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
+from simfl.population.availability import sample_online
 from simfl.records import RoundRow
 from simfl.scenario import ServerConfig
 from simfl.sim.server import LearnerLike
@@ -163,9 +164,9 @@ class _Slots:
         # = clients_per_round and equal task times, async selects what sync selects.
         key = (self.version,) if self.num_draws == 0 else (self.version, self.num_draws)
         self.num_draws += 1
-        devices = np.sort(fleet.availability.sample_online(
-            now, free, streams.numpy("selection", *key), self.busy | self.started,
-            self.learner.selection_weights()))
+        devices = np.sort(sample_online(
+            fleet.availability, now, free, streams.numpy("selection", *key),
+            self.busy | self.started, self.learner.selection_weights()))
         gone_at = leave_times(fleet, devices, now, streams.numpy("failure", *key))
         if self.in_flight == 0 and len(devices) == 0:
             check_wait(now, self.t_idle_s, self.cfg, fleet, f"server update {self.version}")

@@ -79,7 +79,7 @@ class _Flow:
     rate: float = 0.0  # bytes/s since t_update_s (free transfers: the cap)
     t_update_s: float = 0.0
     version: int = 0  # bumped when the heap entry goes stale
-    slot: int = -1  # row in the constrained arrays, -1 when free
+    row: int = -1  # row in the constrained arrays, -1 when free
 
 
 class _Constrained:
@@ -112,19 +112,19 @@ class _Constrained:
                 setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
         self.cap[n], self.remaining[n], self.rate[n] = flow.cap, remaining_bytes, 0.0
         self.finish_s[n], self.path_id[n] = math.inf, flow.path_id
-        flow.slot = n
+        flow.row = n
         self.flows.append(flow)
 
     def remove(self, flow: _Flow) -> float:
         """Take a transfer out (swap with the last row); returns its remaining bytes."""
-        i, last = flow.slot, self.size - 1
+        i, last = flow.row, self.size - 1
         remaining = float(self.remaining[i])
         for a in (self.cap, self.remaining, self.rate, self.finish_s, self.path_id):
             a[i] = a[last]
         self.flows[i] = self.flows[last]
-        self.flows[i].slot = i
+        self.flows[i].row = i
         self.flows.pop()
-        flow.slot = -1
+        flow.row = -1
         return remaining
 
     def refill(self, load: _LinkLoad, path_links: list[tuple[int, ...]]) -> None:
@@ -171,7 +171,7 @@ class _Free:
     @staticmethod
     def _valid(entry: tuple[float, int, int, _Flow]) -> bool:
         flow = entry[3]
-        return flow.slot < 0 and entry[2] == flow.version
+        return flow.row < 0 and entry[2] == flow.version
 
     def next_s(self) -> float:
         """The earliest completion (inf without one), stale entries dropped."""
@@ -279,7 +279,7 @@ class LinkSharing:
             self._constrained.sync(now)
             for link in became:
                 for other in self._load.members[link]:
-                    if other.slot < 0 and other is not flow:
+                    if other.row < 0 and other is not flow:
                         self._constrain(other)
             self._constrain(flow)
             self._refill()
@@ -294,7 +294,7 @@ class LinkSharing:
     def _release(self, relieved: list[int]) -> None:
         for link in relieved:
             for flow in list(self._load.members[link]):
-                if flow.slot >= 0 and not self._load.crosses_congested(flow):
+                if flow.row >= 0 and not self._load.crosses_congested(flow):
                     self._free.run(flow, self._constrained.remove(flow), self._env.now)
 
     def _refill(self) -> None:
@@ -326,7 +326,7 @@ class LinkSharing:
         refill = False
         for flow in due:
             flow.version += 1
-            if flow.slot >= 0:
+            if flow.row >= 0:
                 self._constrained.remove(flow)
                 refill = True
             self.num_active -= 1

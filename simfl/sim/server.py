@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
+from simfl.population.availability import sample_online
 from simfl.population.network import Direction
 from simfl.records import RoundRow
 from simfl.scenario import ServerConfig
@@ -128,15 +129,16 @@ class _Round:
 
 
 class _FirstArrivals:
-    """The slots whose updates arrived in time, until ``needed`` have: then ``enough``."""
+    """The positions (in the round's (K,) arrays) of the devices whose updates arrived in
+    time, until ``needed`` have: then ``enough``."""
 
     def __init__(self, env: simpy.Environment, needed: int) -> None:
         self.arrived: list[int] = []
         self.enough, self.needed = env.event(), needed
 
-    def arrive(self, slot: int) -> None:
+    def arrive(self, pos: int) -> None:
         if not self.enough.triggered:
-            self.arrived.append(slot)
+            self.arrived.append(pos)
             if len(self.arrived) >= self.needed:
                 self.enough.succeed()
 
@@ -176,8 +178,8 @@ def _select(server: _Server, r: int) -> _Round:
     now, fleet, streams = wiring.env.now, wiring.fleet, wiring.streams
     size = max(1, round(cfg.clients_per_round * server.learner.cohort_fraction))
     wanted = math.ceil(size * (1 + cfg.over_selection))
-    devices = np.sort(fleet.availability.sample_online(
-        now, wanted, streams.numpy("selection", r), server.busy,
+    devices = np.sort(sample_online(
+        fleet.availability, now, wanted, streams.numpy("selection", r), server.busy,
         server.learner.selection_weights()))
     gone_at = leave_times(fleet, devices, now, streams.numpy("failure", r))
     k = len(devices)
@@ -219,7 +221,8 @@ def _run_round(server: _Server, rnd: _Round) -> Generator[simpy.Event, Any, None
 
 def _loss_reports(server: _Server, rnd: _Round, samples: np.ndarray,
                   deadline: simpy.Event) -> Generator[simpy.Event, Any, np.ndarray]:
-    """Every selected device downloads, evaluates and reports; returns the kept slots."""
+    """Every selected device downloads, evaluates and reports; returns the positions of
+    the kept ones."""
     env, fleet, learner = server.wiring.env, server.wiring.fleet, server.learner
     eval_s = fleet.train_s_per_sample[rnd.devices] * samples * EVAL_COST_FRACTION
     tasks = [env.process(_task(server, rnd, i, TaskPlan(
@@ -250,7 +253,7 @@ def _loss_reports(server: _Server, rnd: _Round, samples: np.ndarray,
     return ready[selection.keep]
 
 
-def _protocol(server: _Server, rnd: _Round, slots: np.ndarray,
+def _protocol(server: _Server, rnd: _Round, positions: np.ndarray,
               exchanges: Sequence[ExchangeLike],
               deadline: simpy.Event) -> Generator[simpy.Event, Any, bool]:
     """The threshold protocol's exchanges: in each, every device uploads its message, then
@@ -263,7 +266,7 @@ def _protocol(server: _Server, rnd: _Round, slots: np.ndarray,
             if num_bytes == 0:
                 continue
             sends = [env.process(rnd.log.send(int(rnd.devices[i]), direction, num_bytes,
-                                              exchange.kind)) for i in slots]
+                                              exchange.kind)) for i in positions]
             rnd.tasks += sends
             yield simpy.AllOf(env, sends) | deadline
             if deadline.processed:  # (a Timeout counts as triggered from its creation)
@@ -271,18 +274,19 @@ def _protocol(server: _Server, rnd: _Round, slots: np.ndarray,
     return True
 
 
-def _task(server: _Server, rnd: _Round, slot: int, plan: TaskPlan,
+def _task(server: _Server, rnd: _Round, pos: int, plan: TaskPlan,
           first: _FirstArrivals | None = None) -> Generator[simpy.Event, Any, bool]:
-    """Device ``slot`` of the round runs ``plan``; returns whether it finished before going
-    offline (then, if its update counts towards closing the round, it tells ``first``)."""
-    device = int(rnd.devices[slot])
+    """The round's device at position ``pos`` runs ``plan``; returns whether it finished
+    before going offline (then, if its update counts towards closing the round, it tells
+    ``first``)."""
+    device = int(rnd.devices[pos])
     server.busy[device] = True
     yield from device_task(rnd.log, device, plan)
-    rnd.t_done_s[slot] = server.wiring.env.now
+    rnd.t_done_s[pos] = server.wiring.env.now
     server.busy[device] = False
-    survived = server.wiring.env.now <= rnd.gone_at_s[slot]
+    survived = server.wiring.env.now <= rnd.gone_at_s[pos]
     if first is not None and survived:
-        first.arrive(slot)
+        first.arrive(pos)
     return survived
 
 
@@ -303,9 +307,9 @@ def _record(server: _Server, rnd: _Round) -> None:
     msg_device = np.array([m.device for m in msg], dtype=np.int64)
     msg_up = np.array([m.direction == "up" for m in msg], dtype=bool)
     msg_bytes = np.array([m.num_bytes for m in msg], dtype=np.int64)
-    slot = np.searchsorted(rnd.devices, msg_device)
-    down = np.bincount(slot[~msg_up], msg_bytes[~msg_up], minlength=k).astype(np.int64)
-    up = np.bincount(slot[msg_up], msg_bytes[msg_up], minlength=k).astype(np.int64)
+    pos = np.searchsorted(rnd.devices, msg_device)  # each message's device in the round
+    down = np.bincount(pos[~msg_up], msg_bytes[~msg_up], minlength=k).astype(np.int64)
+    up = np.bincount(pos[msg_up], msg_bytes[msg_up], minlength=k).astype(np.int64)
     if msg:
         recorder.write(comm_rows(rnd.index, msg))
     if k:

@@ -1,13 +1,13 @@
 """The learning side of a run: the global model and the answers the servers ask for.
 
-:class:`Learner` holds the numerical state over rounds (the global parameters and
-their kept older versions, the rule's and the estimators' state, the updates not
-yet aggregated: :class:`~simfl.train.updates.UpdateStore`) and answers the servers'
-questions (``simfl.sim.server.LearnerLike``) with client indices in, numpy arrays
-out, so ``simfl/sim`` never touches torch. What devices compute is
-:class:`~simfl.train.local.LocalWork`'s; how updates combine is the rule's
-(``simfl/aggregate``); Δ-FL's threshold is the estimator panel's
-(:mod:`simfl.train.threshold`).
+:class:`Learner` answers the servers' questions (``simfl.sim.server.LearnerLike``)
+with client indices in, numpy arrays out, so ``simfl/sim`` never touches torch. The
+numerical state over rounds is :class:`GlobalModel`'s (the global parameters and
+their kept older versions, the rule's state, the updates not yet aggregated:
+:class:`~simfl.train.updates.UpdateStore`) and the estimators' (the panel's). What
+devices compute is :class:`~simfl.train.local.LocalWork`'s; how updates combine is
+the rule's (``simfl/aggregate``); who trains is the rule's or, for Δ-FL with an
+estimator panel, the panel's (:mod:`simfl.train.threshold`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from simfl.aggregate import Aggregator, RoundInputs, Selection
-from simfl.data.packed import ClientData, FederatedData
+from simfl.aggregate import Aggregator, Combined, RoundInputs, Selection
+from simfl.aggregate.base import State
+from simfl.data.packed import Clients, FederatedData
 from simfl.errors import RunFailed
-from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
-from simfl.quantile.secagg import LOSS_REPORT
 from simfl.train.evaluate import CohortEval
 from simfl.train.local import LocalWork
-from simfl.train.threshold import BiasColumns, PanelFilter
+from simfl.train.threshold import BiasColumns, PanelFilter, RuleSelection
 from simfl.train.updates import UpdateStore
 
 
@@ -33,13 +32,48 @@ class NonFiniteModelError(RunFailed):
     """The global model has NaN or Inf parameters after an aggregation: the run stops."""
 
 
+class GlobalModel:
+    """The global parameters and what aggregating changes with them: the model version
+    (aggregations so far; sync: the round), the rule's state (AFL, DRFA: λ), the trained
+    updates waiting, and the older versions that tasks in flight still train from
+    (async)."""
+
+    def __init__(self, params: torch.Tensor, aggregator_state: State) -> None:
+        self.params, self.aggregator_state, self.version = params, aggregator_state, 0
+        self.updates = UpdateStore()
+        self.kept: dict[int, torch.Tensor] = {}  # version -> params (P,)
+
+    def params_of(self, version: int) -> torch.Tensor:
+        """The parameters of model ``version``: the current one or a kept one."""
+        return self.params if version == self.version else self.kept[version]
+
+    def advance(self, combined: Combined | None, nonfinite: str) -> None:
+        """The rule's ``combined`` outcome (None: no change) becomes the model, and its
+        version + 1; NonFiniteModelError(``nonfinite``) if it has NaN/Inf parameters."""
+        if combined is not None:
+            self.params, self.aggregator_state = combined.params, combined.state
+            if not bool(torch.isfinite(self.params).all()):
+                raise NonFiniteModelError(nonfinite)
+        self.version += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "version": self.version,
+                "aggregator_state": self.aggregator_state,
+                "updates": self.updates.state_dict(), "kept": dict(self.kept)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.params, self.version = state["params"], state["version"]
+        self.aggregator_state = state["aggregator_state"]
+        self.updates.load_state_dict(state["updates"])
+        self.kept = dict(state["kept"])
+
+
 class Learner:
     def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
-        self.work, self.params, self.aggregator = work, params, aggregator
-        self.version = 0  # model version: aggregations so far (sync: the round)
-        self.updates = UpdateStore()
-        self.aggregator_state = aggregator.init(work.data.train.num_samples)  # AFL, DRFA: λ
-        self.filter: PanelFilter | None = None  # set by use_estimators (Δ-FL only)
+        self.work, self.aggregator = work, aggregator
+        self.model = GlobalModel(params, aggregator.init(work.data.train.num_samples))
+        # who trains: the rule, or Δ-FL's panel once use_estimators gives it one
+        self.filter: RuleSelection | PanelFilter = RuleSelection(aggregator)
 
     @property
     def data(self) -> FederatedData:
@@ -52,7 +86,7 @@ class Learner:
     @property
     def model_bytes(self) -> int:
         """Bytes of one model (or update) message: P numbers of the training dtype."""
-        return self.params.numel() * self.params.element_size()
+        return self.model.params.numel() * self.model.params.element_size()
 
     @property
     def cohort_fraction(self) -> float:
@@ -62,16 +96,16 @@ class Learner:
     @property
     def loss_report_bytes(self) -> int:
         """Bytes of a device's loss report in the clear (0: it goes through a protocol)."""
-        clear = self.filter is None or self.filter.panel.driver.losses_in_clear
-        return LOSS_REPORT.up_bytes if clear else 0
+        return self.filter.loss_report_bytes
 
     @property
     def wants_checkins(self) -> bool:
-        return self.filter is not None and self.filter.panel.wants_checkins
+        return self.filter.wants_checkins
 
     def selection_weights(self) -> np.ndarray | None:
         """(N,) relative chances of the training devices to be selected; None: uniform."""
-        return self.aggregator.sampling(self.aggregator_state, self.data.train.num_samples)
+        return self.aggregator.sampling(self.model.aggregator_state,
+                                        self.data.train.num_samples)
 
     def num_samples(self, client_idx: np.ndarray) -> np.ndarray:
         return self.data.train.num_samples[client_idx]
@@ -84,86 +118,75 @@ class Learner:
 
     def use_estimators(self, panel: EstimatorPanel, bias_every: int) -> None:
         """Let ``panel`` set the Δ-FL threshold (bias rows: see PanelFilter)."""
-        self.filter = PanelFilter(panel, bias_every)
+        self.filter = PanelFilter(panel, bias_every, self.data.train.num_samples.mean())
 
     def observe_online(self, t_s: float, client_idx: np.ndarray) -> None:
-        if self.filter is not None:
-            self.filter.panel.observe_online(t_s, client_idx)
+        self.filter.observe_online(t_s, client_idx)
 
     def report_losses(self, client_idx: np.ndarray) -> np.ndarray:
         """F_k(w_t): each client's loss under the current global model, on its training data."""
-        return self.work.losses(self.params, client_idx)
+        return self.work.losses(self.model.params, client_idx)
 
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
                t_s: float) -> tuple[Selection, BiasColumns | None]:
         """Which cohort clients train, from their reported losses F_k(w_t), and the round's
         bias.parquet rows (None without an estimator panel) for the server to write."""
-        weights = self.num_samples(client_idx).astype(np.float64)
-        if self.filter is None:
-            return self.aggregator.select(losses, weights), None
         train = self.data.train
-        cohort = Cohort(losses, weights / train.num_samples.mean(), client_idx, t_s)
-        return self.filter.select(cohort, round_idx, lambda: (
-            self.work.evaluate(self.params, train).losses, train.num_samples.astype(np.float64)))
+        return self.filter.select(
+            losses, self.num_samples(client_idx).astype(np.float64), client_idx, round_idx,
+            t_s, lambda: (self.work.losses(self.model.params),
+                          train.num_samples.astype(np.float64)))
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         """Sync round ``round_idx`` (= the model version): local training of the given
         clients; (K,) mean training losses, NaN for a NaN/Inf update (never aggregated)."""
         if len(client_idx) == 0:
             return np.zeros(0)
-        deltas, train_losses = self.work.train(self.params, round_idx, client_idx,
+        deltas, train_losses = self.work.train(self.model.params, round_idx, client_idx,
                                                self.aggregator.prox_mu)
-        self.updates.put(round_idx, deltas)
+        self.model.updates.put(round_idx, deltas)
         return train_losses
 
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None:
         """Sync: combine the updates of the given clients (a subset of the round's
         ``train``); ``losses`` are their reports F_k(w_t) (NaN when the rule needs none).
         The round's other updates are dropped and the model version becomes the next round."""
-        r = self.version
+        r = self.model.version
         self._step(client_idx, np.full(len(client_idx), r), losses, None,
                    f"round {r}: the global model has NaN/Inf parameters after aggregating "
                    f"{len(client_idx)} updates ({self.aggregator.name})")
-        self.updates.discard_version(r)
+        self.model.updates.discard_version(r)
 
     def _step(self, client_idx: np.ndarray, versions: np.ndarray, losses: np.ndarray,
               scales: np.ndarray | None, nonfinite: str) -> None:
         """Combine the stored updates of (``versions``, ``client_idx``) through the rule
         (none: no change); the model version + 1. NonFiniteModelError(``nonfinite``)."""
+        model, combined = self.model, None
         if len(client_idx) > 0:
             inputs = RoundInputs(
-                deltas=self.updates.take(versions, client_idx),
+                deltas=model.updates.take(versions, client_idx),
                 weights=self.num_samples(client_idx).astype(np.float64),
-                client_idx=np.asarray(client_idx), lr=self.lr(self.version),
-                loss_of=self.work.losses, rng=self.work.streams.numpy("aggregate", self.version),
+                client_idx=np.asarray(client_idx), lr=self.lr(model.version),
+                loss_of=self.work.losses, rng=self.work.streams.numpy("aggregate", model.version),
                 losses=np.asarray(losses, dtype=np.float64), scales=scales)
-            combined = self.aggregator.combine(self.params, inputs, self.aggregator_state)
-            self.params, self.aggregator_state = combined.params, combined.state
-            if not bool(torch.isfinite(self.params).all()):
-                raise NonFiniteModelError(nonfinite)
-        self.version += 1
+            combined = self.aggregator.combine(model.params, inputs, model.aggregator_state)
+        model.advance(combined, nonfinite)
 
     def state_dict(self) -> dict[str, Any]:
         """What rounds change, as plain data (tensors, arrays, numbers, containers), for
-        checkpoints: the global model and its version, the rule's state, the trained
-        updates waiting, and the estimators' state (Δ-FL). Keys are named here, not taken
-        from attribute names, so renaming an attribute cannot change a checkpoint."""
-        return {"params": self.params, "version": self.version,
-                "aggregator_state": self.aggregator_state,
-                "updates": self.updates.state_dict(),
-                "estimators": None if self.filter is None else self.filter.panel.state_dict()}
+        checkpoints: the global model's (:meth:`GlobalModel.state_dict`) and the
+        estimators' (Δ-FL; else None). Keys are named here, not taken from attribute
+        names, so renaming an attribute cannot change a checkpoint."""
+        return {**self.model.state_dict(), "estimators": self.filter.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (:meth:`state_dict` of a learner of the same run)."""
-        self.params, self.version = state["params"], state["version"]
-        self.aggregator_state = state["aggregator_state"]
-        self.updates.load_state_dict(state["updates"])
-        if self.filter is not None:
-            self.filter.panel.load_state_dict(state["estimators"])
+        self.model.load_state_dict(state)
+        self.filter.load_state_dict(state["estimators"])
 
-    def evaluate(self) -> dict[str, tuple[ClientData, CohortEval]]:
+    def evaluate(self) -> dict[str, tuple[Clients, CohortEval]]:
         """Loss and error of the global model on every training and every test device."""
-        return {split: (clients, self.work.evaluate(self.params, clients))
+        return {split: (clients, self.work.evaluate(self.model.params, clients))
                 for split, clients in (("train", self.data.train), ("test", self.data.test))}
 
 
@@ -172,19 +195,15 @@ class AsyncLearner(Learner):
     (``simfl.sim.async_server.AsyncLearnerLike``): tasks train from older model versions,
     kept until no task in flight trains from them."""
 
-    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
-        super().__init__(work, params, aggregator)
-        self.kept: dict[int, torch.Tensor] = {}  # version -> params (P,)
-
     def train_from(self, version: int, client_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Train the clients that started from model ``version`` (the current one or a kept
         one) with that version's lr and seeds (as sync round ``version``). Returns (K,) mean
         training losses (NaN: a NaN/Inf update) and (K,) F_k(w_version), the loss reports a
         rule needs (NaN when it needs none). The updates wait in the store."""
-        params = self.params if version == self.version else self.kept[version]
+        params = self.model.params_of(version)
         deltas, train_losses = self.work.train(params, version, client_idx,
                                                self.aggregator.prox_mu)
-        self.updates.put(version, deltas)
+        self.model.updates.put(version, deltas)
         start_losses = np.full(len(client_idx), np.nan)
         if self.needs_losses:
             start_losses = self.work.losses(params, client_idx)
@@ -197,25 +216,16 @@ class AsyncLearner(Learner):
         (``RoundInputs.scales``) and ``losses`` F_k(w_{v_k}), in the given order; then the
         model version + 1, the old one kept for the tasks still training from it (until
         :meth:`forget`). With FedAvg's combine and c_k = 1: its weighted mean, bit for bit."""
-        old, v = self.params, self.version
+        old, v = self.model.params, self.model.version
         self._step(client_idx, versions, losses, scales,
                    f"server update {v}: the global model has NaN/Inf parameters after "
                    f"aggregating {len(client_idx)} buffered updates")
-        self.kept[v] = old
+        self.model.kept[v] = old
 
     def discard(self, versions: np.ndarray, client_idx: np.ndarray) -> None:
         """Forget trained updates that will not be aggregated."""
-        self.updates.discard(versions, client_idx)
+        self.model.updates.discard(versions, client_idx)
 
     def forget(self, version: int) -> None:
         """No task in flight will train from the old model ``version`` any more."""
-        self.kept.pop(version, None)
-
-    def state_dict(self) -> dict[str, Any]:
-        """:meth:`Learner.state_dict`, and the old models tasks still train from."""
-        return {**super().state_dict(), "kept": dict(self.kept)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.kept = dict(state["kept"])
-
+        self.model.kept.pop(version, None)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from simfl.data.packed import ClientData, FederatedData
+from simfl.data.packed import Clients, FederatedData
 from simfl.rng import Streams
 from simfl.scenario import TrainConfig
 from simfl.train.batched import TrainHParams, train_cohort
@@ -32,6 +32,7 @@ class LocalWork:
     l2: float  # (l2 / 2) ||w||^2 in every local objective
     eval_batch_size: int
     streams: Streams
+    class_major: bool = False  # the losses' log-softmax over classes (EvalConfig.class_major)
 
     def lr(self, round_idx: int) -> float:
         """The local learning rate of round (sync) or model version (async) ``round_idx``."""
@@ -64,10 +65,15 @@ class LocalWork:
         deltas = {int(k): result.deltas[i] for i, k in enumerate(client_idx) if finite[i]}
         return deltas, np.where(finite, result.train_losses, np.nan)
 
-    def losses(self, params: torch.Tensor, client_idx: np.ndarray) -> np.ndarray:
-        """(K,) F_k(params) of the given training clients on their training data."""
-        return self.evaluate(params, self.data.train.subset(client_idx)).losses
+    def losses(self, params: torch.Tensor, client_idx: np.ndarray | None = None) -> np.ndarray:
+        """(K,) F_k(params) of the given training clients on their training data (None:
+        every training client, a chunk at a time when their samples are made on demand)."""
+        train = self.data.train
+        clients = train if client_idx is None else train.subset(client_idx)
+        return evaluate_cohort(self.model, params, clients, self.eval_batch_size,
+                               errors=False, class_major=self.class_major).losses
 
-    def evaluate(self, params: torch.Tensor, clients: ClientData) -> CohortEval:
+    def evaluate(self, params: torch.Tensor, clients: Clients) -> CohortEval:
         """Loss and error of ``params`` on each of ``clients``."""
-        return evaluate_cohort(self.model, params, clients, self.eval_batch_size)
+        return evaluate_cohort(self.model, params, clients, self.eval_batch_size,
+                               class_major=self.class_major)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simfl.population import always_online
+from simfl.population import always_online, sample_online
 from simfl.scenario import ServerConfig
 from tests.sim.test_server import FakeLearner, paths, simulate
 
@@ -18,7 +18,7 @@ def test_weighted_sampling_draws_only_positive_weights_in_proportion() -> None:
     weights = np.array([0.0, 1.0, 0.0, 3.0, 0.0, 0.0])
     counts = np.zeros(6)
     for seed in range(2000):
-        [device] = availability.sample_online(0.0, 1, np.random.default_rng(seed), None, weights)
+        [device] = sample_online(availability, 0.0, 1, np.random.default_rng(seed), None, weights)
         counts[device] += 1
     assert counts[[0, 2, 4, 5]].sum() == 0
     # P(device 3) = 3/4: 1500 of 2000 expected, sd = sqrt(2000 · 3/4 · 1/4) ≈ 19.4.
@@ -27,14 +27,14 @@ def test_weighted_sampling_draws_only_positive_weights_in_proportion() -> None:
     busy = np.zeros(6, dtype=bool)
     busy[1] = True
     np.testing.assert_array_equal(
-        availability.sample_online(0.0, 4, np.random.default_rng(0), busy, weights), [3])
+        sample_online(availability, 0.0, 4, np.random.default_rng(0), busy, weights), [3])
 
 
 def test_uniform_sampling_is_unchanged_without_weights() -> None:
     availability = always_online(np.zeros(50, dtype=np.int64), 1)
     for k in (3, 40):
-        a = availability.sample_online(0.0, k, np.random.default_rng(7))
-        b = availability.sample_online(0.0, k, np.random.default_rng(7), None, None)
+        a = sample_online(availability, 0.0, k, np.random.default_rng(7))
+        b = sample_online(availability, 0.0, k, np.random.default_rng(7), None, None)
         np.testing.assert_array_equal(a, b)
 
 

@@ -15,6 +15,7 @@ from simfl.population.availability import (
     build_availability,
     from_csr,
     from_intervals,
+    sample_online,
 )
 from simfl.population.devices import build_devices
 from simfl.population.diurnal import (
@@ -135,6 +136,23 @@ def test_queries_match_brute_force() -> None:
         assert list(counts[i]) == list(np.bincount(av.region_idx[on_now], minlength=2))
 
 
+def test_online_devices_at_increasing_and_earlier_times_match_brute_force() -> None:
+    """online_devices advances each device's intervals between times asked in increasing
+    order (a run's rounds, some 10 s apart, some hours), searches again after an earlier
+    one, and always gives the devices online then."""
+    av, _ = diurnal(300, session_mean_s=0.5 * HOUR_S, seed=4)
+    device, t_on, t_off = av.intervals()
+    rng = np.random.default_rng(1)
+    times = np.concatenate([[0.0], np.sort(rng.uniform(0, av.horizon_s, 40)),
+                            [t_on[5], t_on[5], t_off[9]],  # at switches, twice in a row
+                            [DAY_S, 10.0, 10.0 + 600, 3 * DAY_S, 2 * DAY_S]])  # earlier ones
+    for t in times:
+        want = np.unique(device[(t_on <= t) & (t < t_off)])
+        assert av.online_devices(t).tolist() == want.tolist(), t
+        assert av.online_devices(t).tolist() == np.flatnonzero(
+            av.is_online(np.arange(300), t)).tolist()
+
+
 def test_query_past_horizon_raises() -> None:
     av, _ = diurnal(10, horizon_days=1)
     with pytest.raises(PastHorizon, match="population.availability.horizon_s"):
@@ -147,7 +165,7 @@ def test_sample_online_returns_online_idle_distinct(
     rng = np.random.default_rng(1)
     busy = rng.random(av.num_devices) < 0.3
     for t in np.linspace(0, 3 * DAY_S, 20):
-        chosen = av.sample_online(t, 100, rng, busy)
+        chosen = sample_online(av, t, 100, rng, busy)
         assert chosen.size == 100 == np.unique(chosen).size
         assert av.is_online(chosen, t).all() and not busy[chosen].any()
 
@@ -158,9 +176,9 @@ def test_sample_online_when_few_are_eligible() -> None:
     av = from_intervals(device, np.zeros(4), np.full(4, 10.0), region, 1)
     busy = np.zeros(1000, dtype=bool)
     busy[10] = True
-    got = av.sample_online(5.0, 100, np.random.default_rng(0), busy)
+    got = sample_online(av, 5.0, 100, np.random.default_rng(0), busy)
     assert sorted(got) == [3, 500, 999]
-    assert av.sample_online(20.0, 100, np.random.default_rng(0)).size == 0
+    assert sample_online(av, 20.0, 100, np.random.default_rng(0)).size == 0
 
 
 def test_sample_online_is_uniform() -> None:
@@ -169,7 +187,7 @@ def test_sample_online_is_uniform() -> None:
     rng = np.random.default_rng(7)
     hits = np.zeros(50)
     for _ in range(2000):
-        hits[av.sample_online(1.0, 10, rng, busy)] += 1
+        hits[sample_online(av, 1.0, 10, rng, busy)] += 1
     assert hits[busy].sum() == 0
     expected = 2000 * 10 / 40
     assert np.all(np.abs(hits[~busy] - expected) < 5 * np.sqrt(expected))

@@ -195,11 +195,14 @@ def test_ipw_with_known_inclusion_is_unbiased_where_the_cohort_is_not() -> None:
 def test_zero_noise_is_the_noiseless_estimator_and_noise_perturbs() -> None:
     rng = np.random.default_rng(6)
     cohort, level = _random_cohort(rng)
-    for make in (lambda s: SecureMM(noise_std=s), lambda s: SecureBisection(noise_std=s),
-                 lambda s: Tracking(noise_std=s)):
+    for make in (lambda s: SecureMM(noise_std=s), lambda s: SecureBisection(noise_std=s)):
         quiet = [make(0.0).estimate(cohort, level, np.random.default_rng(seed)).threshold
                  for seed in range(3)]
         assert quiet[0] == quiet[1] == quiet[2]
+    tracking = Tracking(noise_std=0.0)
+    moved = [tracking.estimate(cohort, level, np.random.default_rng(seed), tracking.init())
+             .state["eta"] for seed in range(3)]
+    assert moved[0] == moved[1] == moved[2]
     noisy = [SecureMM(noise_std=5.0).estimate(cohort, level, np.random.default_rng(seed))
              .threshold for seed in range(3)]
     assert len(set(noisy)) == 3
@@ -208,16 +211,20 @@ def test_zero_noise_is_the_noiseless_estimator_and_noise_perturbs() -> None:
 def test_tracking_hand_computed_step_and_stationary_convergence() -> None:
     cohort = Cohort(np.array([0.5, 1.5, 2.5, 3.5]), np.ones(4), np.arange(4), 0.0)
     tracker = Tracking(initial=1.0, step=0.5)
-    est = tracker.estimate(cohort, 0.5, NO_NOISE)
+    first = tracker.init()
+    est = tracker.estimate(cohort, 0.5, NO_NOISE, first)
     assert est.threshold == 1.0  # this round filters with the carried value
     # b̄ = 1/4 below 1.0, so η ← 1.0 · exp(-0.5 (0.25 - 0.5)) = exp(0.125)
-    assert tracker.eta == pytest.approx(math.exp(0.125))
+    assert est.state["eta"] == pytest.approx(math.exp(0.125))
+    assert first == {"eta": 1.0}  # returned, not kept: the round's state is unchanged
+    assert tracker.estimate(cohort, 0.5, NO_NOISE, first) == est
     rng = np.random.default_rng(7)
     tracker = Tracking(initial=0.05, step=0.05)
+    state = tracker.init()
     for _ in range(3000):  # i.i.d. U(0, 1) cohorts: η settles near the 0.3 quantile
-        tracker.estimate(Cohort(rng.random(100), np.ones(100), np.arange(100), 0.0), 0.3,
-                         NO_NOISE)
-    assert tracker.eta == pytest.approx(0.3, abs=0.03)
+        state = tracker.estimate(Cohort(rng.random(100), np.ones(100), np.arange(100), 0.0),
+                                 0.3, NO_NOISE, state).state
+    assert state["eta"] == pytest.approx(0.3, abs=0.03)
 
 
 def test_checkins_online_rate_with_prior_counts_only_earlier_rounds() -> None:
@@ -354,7 +361,7 @@ def test_panel_runs_shadows_on_identical_losses() -> None:
 def test_panel_ipw_days_weights_equally_on_the_first_day_and_by_earlier_days_after() -> None:
     cfg = EstimatorConfig(name="cohort_exact", shadow=("ipw", "ipw_days"))
     panel = EstimatorPanel(cfg, theta=0.5, num_devices=4, streams=Streams(0))
-    assert EstimatorPanel(EstimatorConfig(), 0.5, 4, Streams(0)).checkins_days is None
+    assert EstimatorPanel(EstimatorConfig(), 0.5, 4, Streams(0)).presence.checkins_days is None
     cohort = Cohort(np.array([0.1, 0.2, 0.3, 5.0]), np.ones(4), np.arange(4), 0.0)
     for j in range(3):  # day 0: devices 0-2 online in three rounds, device 3 in the last
         panel.observe_online(600.0 * j, np.arange(4) if j == 2 else np.arange(3))

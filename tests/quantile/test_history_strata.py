@@ -50,6 +50,28 @@ def test_the_weights_hand_computed_with_a_stratum_absent_from_the_cohort() -> No
             losses, scale, level)
 
 
+def test_the_strata_follow_the_record_as_its_days_are_counted() -> None:
+    """The strata are kept between rounds and made again when a day is counted, or when
+    the record is loaded from a checkpoint: always those of the record then."""
+    rng = np.random.default_rng(5)
+    strata = rng.integers(0, 3, 200)
+    checkins = CheckIns(200, earlier_days=True)
+    estimator = HistoryStratified(strata, checkins, bins=4)
+    seen = []
+    for day in range(3):
+        for h in range(0, 24, 6):
+            checkins.observe(day * DAY_S + h * HOUR_S, np.flatnonzero(rng.random(200) < 0.3))
+            fresh = HistoryStratified(strata, checkins, bins=4).history_strata()
+            np.testing.assert_array_equal(estimator.history_strata(), fresh)
+            seen.append(fresh.tolist())
+    assert len({str(s) for s in seen}) == 3  # one set of strata a day (day 0: the regions)
+    state = CheckIns(200, earlier_days=True)
+    state.load_state_dict(_history(lambda h: np.linspace(0, 1, 200), 200, 1, rng).state_dict())
+    checkins.load_state_dict(state.state_dict())
+    np.testing.assert_array_equal(estimator.history_strata(),
+                                  HistoryStratified(strata, state, bins=4).history_strata())
+
+
 def test_without_history_it_is_poststrat() -> None:
     rng = np.random.default_rng(3)
     strata = rng.integers(0, 3, 500)

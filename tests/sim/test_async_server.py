@@ -211,8 +211,8 @@ def test_async_with_equal_times_and_constant_weights_is_sync_fedavg(tmp_path: Pa
     async_clients = run_server(async_server, ServerConfig(
         mode="async", num_rounds=6, clients_per_round=5, concurrency=5, buffer_size=5),
         async_, tmp_path / "async")
-    assert torch.equal(sync.params, async_.params)
-    assert not torch.equal(sync.params, real_learner(1).params)  # it did train
+    assert torch.equal(sync.model.params, async_.model.params)
+    assert not torch.equal(sync.model.params, real_learner(1).model.params)  # it did train
     key = ["round", "client_idx", "status", "t_dispatch_s", "t_done_s", "train_loss"]
     assert async_clients.filter(pl.col("status") != "late").select(key).equals(
         sync_clients.select(key))
@@ -225,43 +225,43 @@ def test_results_do_not_depend_on_how_clients_are_grouped() -> None:
     learner = real_learner(2)
     clients = np.array([3, 5, 8])
     together = learner.train_from(0, clients)
-    deltas = learner.updates.take(np.zeros(3, np.int64), clients)
-    assert len(learner.updates) == 0
+    deltas = learner.model.updates.take(np.zeros(3, np.int64), clients)
+    assert len(learner.model.updates) == 0
     alone = real_learner(2)
     for i, k in enumerate(clients):
         train_loss, _ = alone.train_from(0, np.array([k]))
         np.testing.assert_allclose(train_loss, together[0][i], rtol=1e-12)
-        torch.testing.assert_close(alone.updates.take(np.array([0]), np.array([k]))[0],
+        torch.testing.assert_close(alone.model.updates.take(np.array([0]), np.array([k]))[0],
                                    deltas[i], rtol=1e-10, atol=1e-12)
 
 
 def test_aggregate_buffer_weights_by_samples_and_scales_from_kept_versions() -> None:
     learner = real_learner(3)
-    w0 = learner.params.clone()
+    w0 = learner.model.params.clone()
     d1, d2 = learner.work.train(w0, 0, np.array([1, 2]), 0.0)[0].values()
     learner.train_from(0, np.array([1, 2]))
     nan = np.array([np.nan])
     learner.aggregate_buffer(np.array([1]), np.array([0]), nan, np.array([1.0]))
-    assert learner.version == 1
-    torch.testing.assert_close(learner.params, w0 + d1)
-    w1 = learner.params
+    assert learner.model.version == 1
+    torch.testing.assert_close(learner.model.params, w0 + d1)
+    w1 = learner.model.params
     (d4,) = learner.work.train(w1, 1, np.array([4]), 0.0)[0].values()
     learner.train_from(1, np.array([4]))  # from v1, while v0's update of client 2 waits
     n2, n4 = learner.num_samples(np.array([2, 4])).astype(float)
     learner.aggregate_buffer(np.array([2, 4]), np.array([0, 1]), np.r_[nan, nan],
                              np.array([0.5, 2.0]))
     want = w0 + d1 + (n2 * 0.5 * d2 + n4 * 2.0 * d4) / (n2 + n4)
-    torch.testing.assert_close(learner.params, want)
-    assert len(learner.updates) == 0 and set(learner.kept) == {0, 1}
+    torch.testing.assert_close(learner.model.params, want)
+    assert len(learner.model.updates) == 0 and set(learner.model.kept) == {0, 1}
     learner.forget(0)
-    assert set(learner.kept) == {1}
+    assert set(learner.model.kept) == {1}
 
 
 def test_fedbuff_step_is_the_rules_combine_with_scaled_weights() -> None:
     """TERM's tilted weights, normalised, then scaled by c_k: through the rule's combine."""
     tilt = 2.0
     learner = real_learner(4, AggregatorConfig(name="term", tilt=tilt))
-    w0, clients = learner.params.clone(), np.array([1, 2, 6])
+    w0, clients = learner.model.params.clone(), np.array([1, 2, 6])
     _, losses = learner.train_from(0, clients)
     np.testing.assert_allclose(losses, learner.report_losses(clients))  # F_k(w_0)
     deltas = list(learner.work.train(w0, 0, clients, 0.0)[0].values())
@@ -270,20 +270,20 @@ def test_fedbuff_step_is_the_rules_combine_with_scaled_weights() -> None:
     pi = learner.num_samples(clients) * np.exp(tilt * (losses - losses.max()))
     coef = pi / pi.sum() * scales
     want = w0 + sum(float(c) * d for c, d in zip(coef, deltas, strict=True))
-    torch.testing.assert_close(learner.params, want)
+    torch.testing.assert_close(learner.model.params, want)
 
 
 def test_term_runs_in_async_mode_on_the_buffers_loss_reports(tmp_path: Path) -> None:
     learner = real_learner(6, AggregatorConfig(name="term", tilt=1.0))
-    w0 = learner.params.clone()
+    w0 = learner.model.params.clone()
     clients = run_server(async_server, ServerConfig(
         mode="async", num_rounds=4, clients_per_round=5, concurrency=5, buffer_size=5),
         learner, tmp_path)
     aggregated = clients.filter(pl.col("status") == "aggregated")
-    assert aggregated.height == 4 * 5 and learner.version == 4
+    assert aggregated.height == 4 * 5 and learner.model.version == 4
     # each update came with F_k(w_{v_k}), which TERM tilts by
     assert aggregated["loss_reported"].null_count() == 0
-    assert not torch.equal(learner.params, w0)
+    assert not torch.equal(learner.model.params, w0)
 
 
 def test_every_async_question_has_a_replay_rule() -> None:

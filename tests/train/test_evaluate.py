@@ -1,11 +1,18 @@
-"""Batched evaluation equals a per-client computation."""
+"""Batched evaluation equals a per-client computation, and streamed over clients made
+on demand equals one pass over them held in memory."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
 
+from simfl.data import load_data
+from simfl.rng import Streams
+from simfl.scenario import DataConfig, SyntheticConfig, TrainConfig
 from simfl.train.evaluate import evaluate_cohort
+from simfl.train.local import LocalWork
 from simfl.train.models import build_model, initial_params, relu_max_pool
 from tests.conftest import make_cohort
 
@@ -48,3 +55,53 @@ def test_the_evaluation_pooling_gives_max_pool2d_s_values_exactly() -> None:
     with torch.no_grad():
         fast = model(images)
     assert torch.equal(fast, model(images).detach())  # autograd on: max_pool2d itself
+
+
+def test_streamed_passes_equal_the_whole_population_pass_to_the_bit() -> None:
+    """Devices made on demand, evaluated a chunk at a time (the evaluation) and for their
+    losses alone (the bias oracle, LocalWork.losses), give the numbers of one pass over
+    the whole population held in memory, whatever the chunk and batch sizes."""
+    cfg = DataConfig(test_client_fraction=0.2, synthetic=SyntheticConfig(
+        num_clients=60, dim=12, num_classes=4, shared_model=3.0, tail_share=0.3,
+        tail_shift=2.0, on_demand=True))
+    data = load_data(cfg, Streams(5))
+    model = build_model("linear", (12,), 4)
+    params = initial_params(model, 1, torch.float32)
+    for side in (data.train, data.test):
+        whole = side.subset(np.arange(side.num_clients))  # today's pass: all in memory
+        for batch_size in (7, 4096):
+            expect = evaluate_cohort(model, params, whole, batch_size)
+            for chunk_bytes in (48, 20_000):  # one device a chunk, a few
+                streamed = dataclasses.replace(side, chunk_bytes=chunk_bytes)
+                got = evaluate_cohort(model, params, streamed, batch_size)
+                np.testing.assert_array_equal(got.losses, expect.losses)
+                np.testing.assert_array_equal(got.errors, expect.errors)
+                np.testing.assert_array_equal(got.num_samples, expect.num_samples)
+                losses = evaluate_cohort(model, params, streamed, batch_size, errors=False)
+                np.testing.assert_array_equal(losses.losses, expect.losses)
+                assert np.isnan(losses.errors).all()
+    work = LocalWork(model, data, TrainConfig(), 0.0, 64, Streams(5))
+    oracle = work.losses(params)  # every training device, as the bias oracle asks
+    whole = data.train.subset(np.arange(data.train.num_clients))
+    np.testing.assert_array_equal(oracle, evaluate_cohort(model, params, whole, 64).losses)
+    cohort = np.array([9, 2, 30])
+    np.testing.assert_array_equal(work.losses(params, cohort), oracle[cohort])
+
+
+def test_class_major_losses_are_cross_entropy_s() -> None:
+    """The log-softmax over a (C, B) copy gives cross_entropy's losses (within float32
+    rounding; the errors are computed alike), whole or streamed."""
+    cfg = DataConfig(test_client_fraction=0.2, synthetic=SyntheticConfig(
+        num_clients=60, dim=12, num_classes=4, shared_model=3.0, on_demand=True))
+    data = load_data(cfg, Streams(2))
+    model = build_model("linear", (12,), 4)
+    params = initial_params(model, 3, torch.float32) * 20  # confident: losses from 1e-6 up
+    whole = data.train.subset(np.arange(data.train.num_clients))
+    expect = evaluate_cohort(model, params, whole, 100)
+    got = evaluate_cohort(model, params, whole, 100, class_major=True)
+    np.testing.assert_allclose(got.losses, expect.losses, rtol=1e-5)
+    np.testing.assert_array_equal(got.errors, expect.errors)
+    streamed = dataclasses.replace(data.train, chunk_bytes=500)
+    work = LocalWork(model, data, TrainConfig(), 0.0, 100, Streams(2), class_major=True)
+    np.testing.assert_array_equal(work.losses(params), got.losses)
+    np.testing.assert_array_equal(work.evaluate(params, streamed).losses, got.losses)
