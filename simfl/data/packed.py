@@ -51,14 +51,11 @@ def take_rows(t: torch.Tensor, rows: np.ndarray | torch.Tensor) -> torch.Tensor:
     return t[torch.as_tensor(rows, device=t.device)]
 
 
-@dataclass(frozen=True)
-class ClientData:
-    """Samples of K clients packed together."""
+class _Offsets:
+    """Clients whose samples are packed by ``offsets`` (client k owns rows
+    ``offsets[k]:offsets[k + 1]``): their number and their sample counts."""
 
-    x: torch.Tensor  # (N, *input_shape) float32, standardised
-    y: torch.Tensor  # (N,) int64 class labels
-    offsets: np.ndarray  # (K + 1,) int64, offsets[0] = 0, offsets[K] = N
-    client_ids: np.ndarray  # (K,) str, e.g. LEAF writer ids
+    offsets: np.ndarray  # (K + 1,) int64
 
     @property
     def num_clients(self) -> int:
@@ -68,6 +65,16 @@ class ClientData:
     def num_samples(self) -> np.ndarray:
         """(K,) samples per client."""
         return np.diff(self.offsets)
+
+
+@dataclass(frozen=True)
+class ClientData(_Offsets):
+    """Samples of K clients packed together."""
+
+    x: torch.Tensor  # (N, *input_shape) float32, standardised
+    y: torch.Tensor  # (N,) int64 class labels
+    offsets: np.ndarray  # (K + 1,) int64, offsets[0] = 0, offsets[K] = N
+    client_ids: np.ndarray  # (K,) str, e.g. LEAF writer ids
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -128,7 +135,7 @@ MakeSamples = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @dataclass(frozen=True)
-class GeneratedClients:
+class GeneratedClients(_Offsets):
     """Clients whose samples are made when asked for and never held together: client i is
     device ``device_idx[i]`` of ``make``, whose samples are a pure function of the
     device, the same whichever devices are made with it: a cohort, a chunk or one
@@ -141,14 +148,6 @@ class GeneratedClients:
     sample_shape: tuple[int, ...]
     device: torch.device = torch.device("cpu")  # where the samples made are put
     chunk_bytes: int = CHUNK_BYTES  # features of one chunk at most (a client more if one alone)
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def num_samples(self) -> np.ndarray:
-        return np.diff(self.offsets)
 
     def subset(self, client_idx: np.ndarray) -> ClientData:
         """The given clients' samples, made now and packed in that order."""
