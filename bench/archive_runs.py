@@ -59,7 +59,7 @@ from simfl.rundir import (
     manifest_or_empty,
     written_by_tune,
 )
-from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep, load_tuning
+from simfl.runs.sweep import Sweep, SweepRun, is_complete, load_sweep, load_tuning
 from simfl.tables import error_by_round, sent
 
 SUMMARY_KEYS = ("mean", "p90")

@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from simfl.run import run_scenario
+from simfl.runs.run import run_scenario
 from simfl.scenario import load_scenario
 from simfl.train.local import LocalWork
 

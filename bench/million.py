@@ -79,10 +79,10 @@ class Timers:
 
 def instrument(timers: Timers) -> None:
     """Wrap the parts of a run (module attributes and methods, before the run starts)."""
-    import simfl.run as run
-    from simfl.checkpoint import Checkpointer
+    import simfl.runs.run as run
     from simfl.data.packed import FederatedData, GeneratedClients
     from simfl.records import Recorder
+    from simfl.runs.checkpoint import Checkpointer
     from simfl.train.learner import Learner
     from simfl.train.local import LocalWork
     from simfl.train.threshold import PanelFilter

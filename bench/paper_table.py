@@ -90,8 +90,8 @@ from scipy import stats
 
 from simfl.plots import save_figure
 from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule, plot_p90_by_round
+from simfl.runs.sweep import Sweep, SweepRun, is_complete, load_sweep
 from simfl.scenario import load_scenario
-from simfl.sweep import Sweep, SweepRun, is_complete, load_sweep
 from simfl.tables import error_by_round
 
 PAPER_SEEDS = 5

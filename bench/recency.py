@@ -58,7 +58,7 @@ from intervals import ci  # bench/intervals.py
 
 from simfl.quantile.estimators import Cohort, CohortExact
 from simfl.quantile.panel import EstimatorPanel
-from simfl.run import run_scenario
+from simfl.runs.run import run_scenario
 from simfl.scenario import load_scenario
 
 BURN_IN = 0.2  # as bench/bias_table.py

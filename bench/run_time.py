@@ -4,7 +4,7 @@
         [--no-split] [--busy]
 
 Each scenario runs in a fresh subprocess (so imports count) under cProfile; the split is
-the cumulative time of: importing simfl.run, loading the data, local training
+the cumulative time of: importing simfl.runs.run, loading the data, local training
 (train_cohort), loss reports (Learner.report_losses), selection with its bias oracle
 (Learner.select, which evaluates every training device every estimator.bias_every
 rounds), evaluation (Learner.evaluate), Parquet (Recorder.flush / merge), and the rest
@@ -56,7 +56,7 @@ PARTS = {  # (file suffix, function name) -> label
 def child(args: list[str], out: str) -> None:
     """Run one scenario under cProfile; write {label: seconds} to ``out``."""
     start = time.perf_counter()
-    import simfl.run  # noqa: F401  (timed: the import itself)
+    import simfl.runs.run  # noqa: F401  (timed: the import itself)
 
     imported = time.perf_counter() - start
     from simfl.cli import main

@@ -7,7 +7,7 @@
     run.eval.filter(pl.col("split") == "test")      # polars frames
 
 ``import simfl`` stays light: torch is imported by :func:`simulate` and :func:`resume`
-when a run needs it (simfl.run wires the numerics), and the figures' libraries by
+when a run needs it (simfl.runs.run wires the numerics), and the figures' libraries by
 :meth:`Run.plot`. The command line (simfl.cli) is a thin layer over the same
 functions; docs/api.md shows each, and a test runs every example there.
 """
@@ -104,7 +104,7 @@ def simulate(scenario: Scenario | str | Path, out: str | Path | None = None,
     """Run ``scenario`` (a Scenario or a scenario file) into ``out`` (default
     results/<name>); return the run. Raises InputError before any output for bad
     input, RunFailed when the run fails while working (its manifest says why)."""
-    from simfl.run import run_scenario  # torch: only when a run is made
+    from simfl.runs.run import run_scenario  # torch: only when a run is made
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -115,7 +115,7 @@ def simulate(scenario: Scenario | str | Path, out: str | Path | None = None,
 
 def resume(path: str | Path, progress: bool = False) -> Run:
     """Continue a stopped run from its last checkpoint (python -m simfl resume)."""
-    from simfl.run import resume_run
+    from simfl.runs.run import resume_run
 
     resume_run(Path(path), progress=progress)
     return Run(Path(path))

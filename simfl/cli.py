@@ -1,5 +1,5 @@
 """Command line: arguments, the commands' checks of their paths, their output lines and
-exit statuses; the work is in run.py, plots/, sweep/, tune.py, ...
+exit statuses; the work is in runs/ (run.py, sweep/, tune.py, ...), plots/, ...
 
     python -m simfl SCENARIO.toml [--out DIR] [--set KEY=VALUE ...] [--overwrite] [--quiet]
     python -m simfl COMMAND ...   (python -m simfl --help lists the commands)
@@ -26,7 +26,7 @@ from simfl.errors import InputError, RunFailed, RunInterrupted
 if TYPE_CHECKING:
     from simfl.population.build import Population
     from simfl.population.trace_stats import AvailabilityStats
-    from simfl.sweep import Sweep
+    from simfl.runs.sweep import Sweep
 
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
@@ -215,7 +215,7 @@ def _tune_parser() -> argparse.ArgumentParser:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from simfl.tune import tune
+    from simfl.runs.tune import tune
 
     result = tune(args.tuning, args.backend, progress=not args.quiet, archived=args.archived)
     for variant, values in result.chosen.items():
@@ -372,7 +372,7 @@ def _one_line(text: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from simfl.run import run_scenario
+    from simfl.runs.run import run_scenario
     from simfl.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
@@ -382,7 +382,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from simfl.run import resume_run
+    from simfl.runs.run import resume_run
 
     return _report(args.run_dir, lambda: resume_run(args.run_dir, progress=not args.quiet))
 
@@ -464,7 +464,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from simfl.run import write_availability_trace
+    from simfl.runs.run import write_availability_trace
     from simfl.scenario import load_scenario
 
     check_output_file(args.out, args.overwrite, "trace", (".parquet", ".csv"))
@@ -510,7 +510,7 @@ def _scenario_population(args: argparse.Namespace) -> Population | None:
         if args.set:
             raise InputError("--set is for a scenario (.toml), not a trace")
         return None
-    from simfl.run import scenario_population
+    from simfl.runs.run import scenario_population
     from simfl.scenario import load_scenario
 
     return scenario_population(load_scenario(args.source, args.set))
@@ -639,7 +639,7 @@ def check_study_dir(out_dir: Path, overwrite: bool) -> None:
 
 
 def _sweep(command: str, args: argparse.Namespace) -> int:
-    from simfl.sweep import load_sweep, status_lines
+    from simfl.runs.sweep import load_sweep, status_lines
 
     sweep = load_sweep(args.sweep, args.results if command == "collect" else Path("results"))
     if command == "collect":
@@ -648,7 +648,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         for line in status_lines(sweep, args.archived):
             _say(line)
         return 0
-    from simfl.sweep.execute import BUSY, finished, run_shard
+    from simfl.runs.sweep.execute import BUSY, finished, run_shard
 
     again = f"continue with: python -m simfl sweep {args.sweep}"
     try:
@@ -669,7 +669,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
 def _collect(sweep: Sweep) -> int:
     from simfl.plots.study import plot_sweep
-    from simfl.sweep import collect, is_complete, other_scenarios
+    from simfl.runs.sweep import collect, is_complete, other_scenarios
 
     check_plots_dir(sweep.out_dir)
     for line in other_scenarios(sweep, [run for run in sweep.runs if is_complete(run.run_dir)]):

@@ -7,7 +7,7 @@ stopped learning, simulated time outran the availability): the run's manifest sa
 ``failed`` with the reason, its last checkpoint stays, exit status 1.
 :class:`RunBusy`, an InputError: another process is working on the run; a sweep skips
 the run and goes on.
-:class:`RunInterrupted`: SIGTERM or SIGINT stopped a run (simfl.checkpoint), which
+:class:`RunInterrupted`: SIGTERM or SIGINT stopped a run (simfl.runs.checkpoint), which
 ``resume`` continues.
 """
 

@@ -8,7 +8,7 @@ Torch-free, so the commands that only look at runs (``sweep --status``, ``collec
     <table>.parquet                  one per table of TABLES, once the run is complete
     availability_intervals.parquet   with population.availability.log_intervals
     parts/<table>/part-NNNNNN.parquet  the rows so far, while the run is not complete
-    checkpoint/state.pt, journal/NNNNNN.pkl, lock   (simfl.checkpoint; the lock: here)
+    checkpoint/state.pt, journal/NNNNNN.pkl, lock   (simfl.runs.checkpoint; the lock: here)
     plots/<figure>.<format>          RUN_PLOTS (simfl.plots.runs)
 
 A ``.tmp`` beside a file is its unfinished atomic write (:func:`write_atomically`).
@@ -214,7 +214,7 @@ def check_simfl_run(run_dir: Path, manifest: dict[str, Any], advice: tuple[str, 
 
 
 def is_run_manifest(manifest: dict[str, Any]) -> bool:
-    """Whether a manifest.json is one a simfl run wrote (``simfl.run``'s manifest)."""
+    """Whether a manifest.json is one a simfl run wrote (``simfl.runs.run``'s manifest)."""
     versions = manifest.get("versions")
     return (isinstance(manifest.get("scenario"), dict) and isinstance(manifest.get("status"), str)
             and isinstance(versions, dict) and "simfl" in versions)
@@ -329,7 +329,7 @@ def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
 
 
 def checkpoint_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run's last checkpoint state (``simfl.checkpoint``'s ``state.pt``: rounds done,
+    """The run's last checkpoint state (``simfl.runs.checkpoint``'s ``state.pt``: rounds done,
     simulated time, wall seconds, scenario, ...) read without torch: its plain values
     (numbers, strings, lists, dicts) as written, anything else (tensors, arrays, objects)
     as a placeholder. None if the run has no checkpoint; InputError if it is unreadable."""

@@ -39,8 +39,8 @@ def make_cohort(num_samples: list[int], input_shape: tuple[int, ...], num_classe
 # (make test: pytest-xdist, a file's tests in one process, files handed out in this
 # order) the long files start at once and the short ones fill in, so the processes end
 # together. Only the order changes: no test depends on it.
-LONGEST_FIRST = ("test_sweep.py", "test_tutorial.py", "test_extending.py", "test_resume.py",
-                 "data/test_femnist.py", "algorithms/drfl/test_admm.py")
+LONGEST_FIRST = ("runs/test_sweep.py", "test_tutorial.py", "test_extending.py",
+                 "runs/test_resume.py", "data/test_femnist.py", "algorithms/drfl/test_admm.py")
 TESTS = Path(__file__).parent
 
 

@@ -54,9 +54,9 @@ def test_dict_overrides_are_checked_like_set(tmp_path: Path) -> None:
         simfl.load_scenario(path, {"aggregator.theta": 2.0})
 
 
-def test_simulate_stays_callable_after_a_run_imported_simfl_run(tmp_path: Path) -> None:
-    """Importing the submodule simfl.run binds the name on the package; the API's
-    function has another name, so a second run in one process works."""
+def test_simulate_stays_callable_after_a_run_imported_simfl_runs(tmp_path: Path) -> None:
+    """Importing the submodule simfl.runs.run binds ``runs`` on the package, no name of
+    the API: a second run in one process works."""
     scenario = simfl.load_scenario({"data": {"dataset": "synthetic",
                                              "synthetic": {"num_clients": 20}},
                                     "server": {"num_rounds": 2, "clients_per_round": 4}})

@@ -18,12 +18,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-import simfl.run
+import simfl.runs.run
 from simfl.cli import main
-from simfl.memory import LIMIT_ENV
 from simfl.plots.runs import plot_run
-from simfl.run import MAX_AVAILABILITY_HOURS
 from simfl.rundir import run_lock
+from simfl.runs.memory import LIMIT_ENV
+from simfl.runs.run import MAX_AVAILABILITY_HOURS
 
 SCENARIO = """
 name = "tiny"
@@ -271,7 +271,7 @@ def test_ctrl_c_while_a_run_loads_its_data_is_one_line_and_writes_nothing(
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(simfl.run, "load_data", interrupted)
+    monkeypatch.setattr(simfl.runs.run, "load_data", interrupted)
     out = tmp_path / "run"
     code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
     assert (code, err) == (130, f"simfl: {out}: interrupted before the run began; "
@@ -805,6 +805,6 @@ def test_numpy_warnings_do_not_print_before_simfls_line(
         np.exp(np.array([1e4]))  # RuntimeWarning: overflow encountered in exp
         raise InputError("'some.key' = 1e4: refused")
 
-    monkeypatch.setattr(simfl.run, "load_data", overflowing)
+    monkeypatch.setattr(simfl.runs.run, "load_data", overflowing)
     code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet"], capsys)
     assert code == 2 and err == "simfl: error: 'some.key' = 1e4: refused\n"

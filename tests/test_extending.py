@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_resume import KILLER, assert_same_files
+from tests.runs.test_resume import KILLER, assert_same_files
 
 ROOT = Path(__file__).parents[1]
 DOC = ROOT / "docs" / "extending.md"

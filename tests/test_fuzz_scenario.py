@@ -141,7 +141,7 @@ def load_through_the_cli(text: str,
         path.write_bytes(text.encode("utf-8", "surrogatepass"))  # lone surrogates: bad UTF-8
         err = io.StringIO()
         argv = [str(path), "--out", str(out), "--quiet", *(f"--set={o}" for o in overrides)]
-        with redirect_stderr(err), mock.patch("simfl.run.run_scenario", accept):
+        with redirect_stderr(err), mock.patch("simfl.runs.run.run_scenario", accept):
             try:
                 outcome: int | Scenario = main(argv)
             except Accepted as accepted:

@@ -59,7 +59,7 @@ def test_no_checkpoint_is_none_and_an_unreadable_one_is_one_line(tmp_path: Path)
 
 def test_reading_progress_and_loading_a_sweep_import_no_torch(tmp_path: Path) -> None:
     _write_state(tmp_path, {**PLAIN, "learner": {"w": torch.ones(2)}})
-    code = ("import sys; from pathlib import Path; import simfl.sweep; "
+    code = ("import sys; from pathlib import Path; import simfl.runs.sweep; "
             "from simfl.rundir import checkpoint_progress; "
             f"print(checkpoint_progress(Path({str(tmp_path)!r})), 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

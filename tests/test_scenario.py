@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from simfl.errors import InputError
+from simfl.runs.sweep import load_sweep
 from simfl.scenario import load_scenario
-from simfl.sweep import load_sweep
 
 ROOT = Path(__file__).parent.parent.joinpath("scenarios")
 SWEEPS = sorted(ROOT.rglob("*.sweep.toml"))
-TUNINGS = sorted(ROOT.rglob("*.tune.toml"))  # sweeps with a criterion (simfl.tune)
+TUNINGS = sorted(ROOT.rglob("*.tune.toml"))  # sweeps with a criterion (simfl.runs.tune)
 SCENARIOS = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS) - set(TUNINGS))
 
 
@@ -96,7 +96,7 @@ def test_defaults_and_name_from_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", TUNINGS, ids=[p.stem for p in TUNINGS])
 def test_shipped_tunings_expand_to_valid_scenarios(path: Path) -> None:
-    from simfl.tune import load_tuning
+    from simfl.runs.tune import load_tuning
 
     sweep, criterion, grid = load_tuning(path)
     assert sweep.runs and grid and criterion

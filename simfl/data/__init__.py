@@ -19,7 +19,7 @@ from simfl.plugins import DATASETS, build
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
 
-# Each loader's peak memory, estimated before loading (simfl.memory): (bytes, key, what).
+# Each loader's peak memory, estimated before loading (simfl.runs.memory): (bytes, key, what).
 MEMORY_TERMS: dict[str, Callable[[DataConfig], list[tuple[float, str, str]]]] = {
     "femnist": femnist.memory_terms,
     "leaf": leaf.memory_terms,

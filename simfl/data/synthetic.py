@@ -91,7 +91,7 @@ GROUP_SAMPLES = 16384
 
 def load_synthetic(cfg: DataConfig, streams: Streams) -> FederatedData:
     """Generate ``cfg.synthetic.num_clients`` clients, split them by writer and standardise
-    (simfl.memory checks :func:`memory_terms` against the memory available first); on
+    (simfl.runs.memory checks :func:`memory_terms` against the memory available first); on
     demand, only their sample counts (:func:`load_on_demand`)."""
     if cfg.synthetic.on_demand:
         return load_on_demand(cfg, streams)

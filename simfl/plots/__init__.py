@@ -35,7 +35,7 @@ def new_axes(figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[Figure, Axes]:
 def save_figure(fig: Figure, out: str | Path, mark: dict[str, str] | None = None) -> Path:
     """Write ``fig`` at ``out`` (a PNG, or the format its suffix names; its folder
     created); returns the path. ``mark``: PNG text that says who wrote the file, the
-    figure then written atomically (collect's: :data:`simfl.sweep.COLLECT_MARK`)."""
+    figure then written atomically (collect's: :data:`simfl.runs.sweep.COLLECT_MARK`)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if mark is None:

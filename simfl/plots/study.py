@@ -479,7 +479,7 @@ def _sweep_figures(out_dir: Path, bias: pl.DataFrame
 
 def plot_sweep(out_dir: Path, report: Callable[[str], None] | None = None) -> list[Path]:
     """The study's figures from a collected sweep directory (some of
-    :data:`simfl.sweep.SWEEP_FIGURES`, marked as collect's); returns the PNGs written.
+    :data:`simfl.runs.sweep.SWEEP_FIGURES`, marked as collect's); returns the PNGs written.
     ``report`` (None: silent) is told which figures are skipped and why, one line per
     reason: ``simfl: collect DIR: skipped a.png, b.png: <reason>``."""
     out_dir = Path(out_dir)

@@ -1,5 +1,5 @@
 """The population of a run, built in one place: devices, their availability and network
-paths (run.py for a Scenario's training clients; the DRFL engine for its clients)."""
+paths (runs/run.py for a Scenario's training clients; the DRFL engine for its clients)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ non-finite threshold, cannot be learning: :meth:`Health.round_done` raises
 its rounds when it ends (:meth:`Health.check_end`), and a run none of whose rounds
 aggregated an update fails then whatever the window (``idle_window = 0`` included).
 
-Replay (simfl.checkpoint) re-runs the server from t = 0, so the totals need no saving:
+Replay (simfl.runs.checkpoint) re-runs the server from t = 0, so the totals need no saving:
 a resumed run reports every round again and ends with the same counts.
 """
 

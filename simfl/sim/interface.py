@@ -2,7 +2,7 @@
 
 The servers (``server.LearnerLike``, ``async_server.AsyncLearnerLike``) never import
 torch; a learner (``simfl.train.learner``) answers them. A resumed run replays the engine
-from t = 0 (``simfl.replay``), and during the replay every member is one of:
+from t = 0 (``simfl.runs.replay``), and during the replay every member is one of:
 
 - ``ANSWER``: journaled while live and given back while replaying (it computes);
 - ``EFFECT``: skipped while replaying, the checkpoint holds its outcome (it changes state);

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simfl.run import run_scenario
+from simfl.runs.run import run_scenario
 from simfl.scenario import load_scenario
 
 TINY = """

@@ -279,7 +279,7 @@ def test_on_demand_is_split_and_filtered_by_writer_as_held_data_is() -> None:
 
 
 def test_on_demand_memory_is_a_chunk_and_a_few_bytes_a_device() -> None:
-    """simfl.memory's terms for on-demand data bound what loading it and a pass over
+    """simfl.runs.memory's terms for on-demand data bound what loading it and a pass over
     every device take (tracemalloc: numpy's and torch's CPU arrays), and do not grow
     with the samples the population holds."""
     cfg = DataConfig(synthetic=SyntheticConfig(num_clients=10_000, dim=10, on_demand=True))

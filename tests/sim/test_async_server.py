@@ -369,7 +369,7 @@ horizon_s = 86400.0
 def test_async_runs_are_deterministic_and_resume_to_the_same_files(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_resume import assert_same_files, resume, run, run_killed
+    from tests.runs.test_resume import assert_same_files, resume, run, run_killed
 
     scenario = tmp_path / "async.toml"
     scenario.write_text(ASYNC_SCENARIO)

@@ -1,10 +1,10 @@
-"""simfl.memory's peak: a run's own, not an earlier run's of the same process."""
+"""simfl.runs.memory's peak: a run's own, not an earlier run's of the same process."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from simfl.memory import peak_bytes, reset_peak
+from simfl.runs.memory import peak_bytes, reset_peak
 
 
 def test_the_peak_rises_with_an_allocation_and_resets_after_it_is_freed() -> None:

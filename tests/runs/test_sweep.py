@@ -19,9 +19,9 @@ import pytest
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.plots.study import plot_sweep
-from simfl.run import scenario_sha256
 from simfl.rundir import run_lock
-from simfl.sweep import (
+from simfl.runs.run import scenario_sha256
+from simfl.runs.sweep import (
     SWEEP_FIGURES,
     check_ray_fits,
     collect,
@@ -30,11 +30,11 @@ from simfl.sweep import (
     run_statuses,
     sweep_progress,
 )
-from simfl.sweep.execute import BUSY, run_sweep
+from simfl.runs.sweep.execute import BUSY, run_sweep
 from simfl.tables import error_by_round, sent
 from simfl.train.learner import Learner
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 SCENARIO = """
 [data]
@@ -244,11 +244,11 @@ def test_estimators_end_to_end(tmp_path: Path) -> None:
 def test_shards_split_the_runs_between_processes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import simfl.sweep.execute
+    import simfl.runs.sweep.execute
 
     path = write(tmp_path)
     seen: list[list[str]] = []
-    monkeypatch.setattr(simfl.sweep.execute, "run_sweep", lambda sweep, *_, **__: seen.append(
+    monkeypatch.setattr(simfl.runs.sweep.execute, "run_sweep", lambda sweep, *_, **__: seen.append(
         [r.run_id for r in sweep.runs]) or {})
     for shard in ("0/3", "1/3", "2/3"):
         assert main(["sweep", str(path), "--shard", shard]) == 0
@@ -266,7 +266,7 @@ def test_archived_runs_are_skipped_within_a_fixed_shard(tmp_path: Path,
     """A shard's runs depend on the sweep file only: a shard started after another shard's
     first runs were archived must not take the other shard's runs (two processes would
     then work on one run)."""
-    import simfl.sweep.execute
+    import simfl.runs.sweep.execute
 
     path = write(tmp_path)
     every = [r.run_id for r in load_sweep(path).runs]
@@ -277,7 +277,7 @@ def test_archived_runs_are_skipped_within_a_fixed_shard(tmp_path: Path,
         (archive / "study" / run_id / "manifest.json").write_text(
             json.dumps({"status": status}))
     seen: list[list[str]] = []
-    monkeypatch.setattr(simfl.sweep.execute, "run_sweep", lambda sweep, *_, **__: seen.append(
+    monkeypatch.setattr(simfl.runs.sweep.execute, "run_sweep", lambda sweep, *_, **__: seen.append(
         [r.run_id for r in sweep.runs]) or {})
     for shard in ("0/2", "1/2"):
         assert main(["sweep", str(path), "--archived", str(archive), "--shard", shard]) == 0
@@ -293,7 +293,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
     skipped and left as it is, also when the other process takes it between the look at
     its lock and the start; a run another process finished after this one listed its runs
     is not run again."""
-    import simfl.sweep.execute
+    import simfl.runs.sweep.execute
     from simfl.errors import RunBusy
 
     monkeypatch.chdir(tmp_path)
@@ -302,7 +302,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
     held.run_dir.mkdir(parents=True)  # what the other process has written so far
     (held.run_dir / "manifest.json").write_text(json.dumps({"status": "running"}))
     (held.run_dir / "rounds.parquet").write_bytes(b"the other process's rounds")
-    real = simfl.sweep.execute._run_one
+    real = simfl.runs.sweep.execute._run_one
     ran: list[Path] = []
 
     def other_process(scenario: Path, overrides: tuple[str, ...], run_dir: Path,
@@ -314,7 +314,7 @@ def test_processes_sharing_a_sweep_skip_the_runs_another_holds_or_finished(
             raise RunBusy(f"{run_dir}: another process is working on this run")
         return real(scenario, overrides, run_dir, progress)
 
-    monkeypatch.setattr(simfl.sweep.execute, "_run_one", other_process)
+    monkeypatch.setattr(simfl.runs.sweep.execute, "_run_one", other_process)
     with run_lock(held.run_dir):  # the other process is working on the first run
         assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 0
     assert ran == [raced.run_dir, free.run_dir]
@@ -430,7 +430,7 @@ def test_an_interrupted_run_resumes_unless_its_scenario_changed(
     import os
     import signal
 
-    from simfl import checkpoint
+    from simfl.runs import checkpoint
 
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, 'scenario = "base.toml"\nname = "s"\nseeds = [0]\n')
@@ -552,7 +552,7 @@ def test_a_run_folder_holding_a_users_file_stops_the_sweep_before_any_run(
     """The third run's folder holds a file simfl did not write: the sweep runs nothing
     (not the first two runs either), names the folder and the file, and does not tell the
     user about an --overwrite that a sweep does not have."""
-    import simfl.sweep.execute
+    import simfl.runs.sweep.execute
 
     monkeypatch.chdir(tmp_path)
     path = write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]"))
@@ -560,7 +560,7 @@ def test_a_run_folder_holding_a_users_file_stops_the_sweep_before_any_run(
     third.mkdir(parents=True)
     (third / "notes.txt").write_text("my notes")
     ran: list[Path] = []
-    monkeypatch.setattr(simfl.sweep.execute, "_run_one", lambda scenario, overrides, run_dir,
+    monkeypatch.setattr(simfl.runs.sweep.execute, "_run_one", lambda scenario, overrides, run_dir,
                         progress: ran.append(run_dir) or "complete")
     before = _listing(tmp_path)
     assert main(["sweep", str(path), "--backend", "sequential", "--quiet"]) == 2

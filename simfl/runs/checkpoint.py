@@ -48,7 +48,6 @@ import torch
 
 from simfl.errors import InputError, RunInterrupted
 from simfl.records import Committed, Recorder
-from simfl.replay import Entry, JournaledLearner, ReplayError
 from simfl.rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_LAYOUT,
@@ -58,6 +57,7 @@ from simfl.rundir import (
     remove_written,
     write_atomically,
 )
+from simfl.runs.replay import Entry, JournaledLearner, ReplayError
 from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
 

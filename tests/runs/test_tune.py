@@ -18,12 +18,12 @@ from simfl.cli import main
 from simfl.data.split import split_clients
 from simfl.errors import InputError
 from simfl.rundir import run_lock
+from simfl.runs.sweep import load_sweep
+from simfl.runs.sweep.spec import TUNING_CRITERIA
+from simfl.runs.tune import CRITERIA, load_tuning, tune
 from simfl.scenario import DataConfig
-from simfl.sweep import load_sweep
-from simfl.sweep.spec import TUNING_CRITERIA
-from simfl.tune import CRITERIA, load_tuning, tune
+from tests.runs.test_sweep import ROOT
 from tests.test_bad_input import SCENARIO as TINY
-from tests.test_sweep import ROOT
 
 # the bad-input table's tiny scenario, as FedAvg over 8 rounds
 SCENARIO = (TINY.replace('name = "deltafl"', 'name = "fedavg"')
@@ -218,10 +218,10 @@ def test_tune_reuses_archived_runs_on_a_new_machine(tmp_path: Path,
         assert ((tmp_path / "kept" / "t" / name).read_text()
                 == (tmp_path / "results" / "t" / name).read_text())
     shutil.rmtree(tmp_path / "results")  # a new machine
-    import simfl.tune
+    import simfl.runs.tune
 
     ran: list[int] = []
-    monkeypatch.setattr(simfl.tune, "run_sweep",
+    monkeypatch.setattr(simfl.runs.tune, "run_sweep",
                         lambda sweep, backend, progress: ran.append(len(sweep.runs)) or {})
     again = tune(spec, backend="sequential", archived=tmp_path / "kept")
     assert ran == [0]

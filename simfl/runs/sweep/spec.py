@@ -1,7 +1,7 @@
 """Sweep files: TOML -> :class:`SweepFile` (through :func:`simfl.scenario.build_config`,
 as scenario files) -> the :class:`Sweep`, its runs expanded and every run's scenario
-validated before any run starts (the keys: :mod:`simfl.sweep`). A tuning file
-(:mod:`simfl.tune`) is a sweep file with a criterion: :func:`load_tuning`."""
+validated before any run starts (the keys: :mod:`simfl.runs.sweep`). A tuning file
+(:mod:`simfl.runs.tune`) is a sweep file with a criterion: :func:`load_tuning`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from simfl.rundir import MANIFEST
 from simfl.scenario import build_config, is_plain_name, load_scenario
 
 RESERVES = "a number >= 0 (what Ray reserves per run)"
-# A tuning file's criteria (simfl.tune.CRITERIA computes each) and the share of the
+# A tuning file's criteria (simfl.runs.tune.CRITERIA computes each) and the share of the
 # training writers that holdout_p90 evaluates unless the file sets it.
 TUNING_CRITERIA = ("holdout_p90", "train_loss")
 DEFAULT_VALIDATION_FRACTION = 0.2

@@ -22,18 +22,9 @@ import torch
 from tqdm import tqdm
 
 from simfl.aggregate import make_aggregator
-from simfl.checkpoint import (
-    Checkpoint,
-    Checkpointer,
-    checkpoint_rounds,
-    checkpoint_scenario,
-    load_checkpoint,
-    signals_deferred,
-)
 from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
 from simfl.errors import InputError, RunFailed, RunInterrupted
-from simfl.memory import check_memory, peak_bytes, reset_peak
 from simfl.metrics import error_summary
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
@@ -46,7 +37,6 @@ from simfl.records import (
     EvalRows,
     Recorder,
 )
-from simfl.replay import JournaledLearner
 from simfl.rng import Streams
 from simfl.rundir import (
     INTERVALS_FILE,
@@ -61,6 +51,16 @@ from simfl.rundir import (
     run_lock,
     write_manifest,
 )
+from simfl.runs.checkpoint import (
+    Checkpoint,
+    Checkpointer,
+    checkpoint_rounds,
+    checkpoint_scenario,
+    load_checkpoint,
+    signals_deferred,
+)
+from simfl.runs.memory import check_memory, peak_bytes, reset_peak
+from simfl.runs.replay import JournaledLearner
 from simfl.scenario import (
     EstimatorConfig,
     Scenario,
@@ -166,7 +166,7 @@ class _Built:
 def _build(scenario: Scenario) -> _Built:
     """Everything a run needs, from the scenario; InputError before any output if the
     scenario cannot run on its data (see :func:`check_feasible`) or in the memory
-    available (:func:`simfl.memory.check_memory`, before anything is allocated)."""
+    available (:func:`simfl.runs.memory.check_memory`, before anything is allocated)."""
     check_memory(scenario)
     reset_peak()  # the manifest's peak_rss_mb is this run's, from its data on
     streams = Streams(scenario.seed)

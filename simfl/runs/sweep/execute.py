@@ -1,6 +1,6 @@
 """Running a sweep: its unfinished runs as Ray tasks or one after another in this
 process, each resumed from its checkpoint when it has one of the same scenario. Imports
-the run machinery (:mod:`simfl.run`, torch); the rest of :mod:`simfl.sweep` does not."""
+the run machinery (:mod:`simfl.runs.run`, torch); the rest of :mod:`simfl.runs.sweep` does not."""
 
 from __future__ import annotations
 
@@ -9,11 +9,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from simfl.errors import InputError, RunBusy, RunFailed, RunInterrupted
-from simfl.run import resume_run, run_scenario
 from simfl.rundir import MANIFEST, checkpoint_progress, prepare_run_dir, run_locked
+from simfl.runs.run import resume_run, run_scenario
+from simfl.runs.sweep.spec import Sweep, SweepRun, check_ray_fits
+from simfl.runs.sweep.status import (
+    is_complete,
+    kept_copy,
+    other_scenarios,
+    restarts,
+    scenario_changes,
+)
 from simfl.scenario import Scenario, load_scenario
-from simfl.sweep.spec import Sweep, SweepRun, check_ray_fits
-from simfl.sweep.status import is_complete, kept_copy, other_scenarios, restarts, scenario_changes
 
 BUSY = "skipped: another process is working on it"  # the status of a run left to it
 

@@ -32,17 +32,17 @@ are validated before the first one starts. Ray is an optional extra
 (``pip install simfl[sweep]``); without it, or with ``--backend sequential``,
 the runs execute one after the other in this process.
 
-The package: :mod:`~simfl.sweep.spec` reads a sweep file into a :class:`Sweep` (its
+The package: :mod:`~simfl.runs.sweep.spec` reads a sweep file into a :class:`Sweep` (its
 keys through :func:`simfl.scenario.build_config`, as a scenario's);
-:mod:`~simfl.sweep.execute` runs it (it imports the run machinery, torch included,
-so it is not imported here); :mod:`~simfl.sweep.status` says where its runs stand and
-:mod:`~simfl.sweep.collection` gathers the complete ones' tables. What this package
+:mod:`~simfl.runs.sweep.execute` runs it (it imports the run machinery, torch included,
+so it is not imported here); :mod:`~simfl.runs.sweep.status` says where its runs stand and
+:mod:`~simfl.runs.sweep.collection` gathers the complete ones' tables. What this package
 imports at its top is torch-free (``sweep --status``, ``collect``, the bench scripts).
 """
 
 from simfl.rundir import COLLECT_MARK, SWEEP_FIGURES
-from simfl.sweep.collection import COLLECTED_TABLES, collect, written_by_collect
-from simfl.sweep.spec import (
+from simfl.runs.sweep.collection import COLLECTED_TABLES, collect, written_by_collect
+from simfl.runs.sweep.spec import (
     Sweep,
     SweepRun,
     check_ray_fits,
@@ -52,7 +52,7 @@ from simfl.sweep.spec import (
     sweep_from_table,
     toml_value,
 )
-from simfl.sweep.status import (
+from simfl.runs.sweep.status import (
     is_complete,
     kept_copy,
     other_scenarios,

@@ -14,8 +14,8 @@ from simfl.errors import InputError
 from simfl.metrics import error_summary
 from simfl.records import read_table
 from simfl.rundir import MANIFEST, checkpoint_progress, manifest_or_empty, run_locked
+from simfl.runs.sweep.spec import Sweep, SweepRun, toml_value
 from simfl.scenario import Scenario, flatten, from_dict, load_scenario, to_dict
-from simfl.sweep.spec import Sweep, SweepRun, toml_value
 
 STATUS_SCHEMA = {"run": pl.String, "status": pl.String, "rounds": pl.Int64,
                  "num_rounds": pl.Int64, "wall_s": pl.Float64, "device": pl.String,

@@ -16,8 +16,8 @@ from PIL import Image
 
 from simfl.errors import InputError
 from simfl.rundir import COLLECT_MARK, PLOTS_DIR, SWEEP_FIGURES, write_atomically
-from simfl.sweep.spec import Sweep
-from simfl.sweep.status import is_complete
+from simfl.runs.sweep.spec import Sweep
+from simfl.runs.sweep.status import is_complete
 
 COLLECTED_TABLES = ("rounds", "bias", "eval")
 

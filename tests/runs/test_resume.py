@@ -16,12 +16,14 @@ import json
 import logging
 import os
 import pickle
+import pickletools
 import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,8 +34,7 @@ import polars as pl
 import pytest
 import torch
 
-import simfl.run
-from simfl import checkpoint, replay
+import simfl.runs.run
 from simfl.aggregate import Aggregator, Combined, RoundInputs, make_aggregator
 from simfl.cli import main
 from simfl.data import FederatedData, load_data
@@ -44,6 +45,7 @@ from simfl.quantile.panel import EstimatorPanel
 from simfl.records import TableWriter, read_table
 from simfl.rng import Streams
 from simfl.rundir import CHECKPOINT_DIR, PARTS_DIR, RUN_PLOTS, STATE_FILE
+from simfl.runs import checkpoint, replay
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
 from simfl.sim import interface
 from simfl.sim.server import LearnerLike
@@ -89,7 +91,8 @@ VOLATILE = {"started_at", "wall_s", "resumes", "peak_rss_mb"}  # machine facts, 
 # "merge I" when the finished run merges its I-th table (the ones before are merged).
 KILLER = """
 import os, signal, sys
-from simfl import checkpoint, records
+from simfl import records
+from simfl.runs import checkpoint
 from simfl.cli import main
 from simfl.plots.runs import plot_run
 from simfl.train import learner
@@ -235,7 +238,7 @@ def global_rng_uses(path: Path) -> list[str]:
 
 
 def test_library_code_never_touches_a_global_rng() -> None:
-    package = Path(simfl.run.__file__).parent
+    package = Path(simfl.__file__).parent
     found = {str(p.relative_to(package)): u for p in sorted(package.rglob("*.py"))
              if (u := global_rng_uses(p))}
     assert found == {}
@@ -292,8 +295,21 @@ def test_sigkill_while_committing_a_checkpoint_resumes_from_the_previous_one(
     assert (out / CHECKPOINT_DIR / "journal" / "000001.pkl").is_file()
     assert len(list((out / PARTS_DIR / "rounds").glob("*.parquet"))) == 2
     assert state["tables"]["rounds"].num_parts == 1
+    # no class of the run machinery is pickled: moving its modules keeps checkpoints readable
+    assert not [name for name in pickled_strings(out) if name.startswith("simfl.runs")]
     assert resume(out) == 0
     assert_same_files(out, baseline)
+
+
+def pickled_strings(run_dir: Path) -> set[str]:
+    """Every string a run's checkpoint files hold, the modules of the classes they name
+    included."""
+    directory = run_dir / CHECKPOINT_DIR
+    with zipfile.ZipFile(directory / STATE_FILE) as archive:
+        pickles = [archive.read(n) for n in archive.namelist() if n.endswith("/data.pkl")]
+    pickles += [path.read_bytes() for path in sorted((directory / "journal").glob("*.pkl"))]
+    return {arg for data in pickles for op, arg, _ in pickletools.genops(data)
+            if op.name in ("GLOBAL", "SHORT_BINUNICODE", "BINUNICODE", "UNICODE")}
 
 
 def interrupt_round_3(patch: pytest.MonkeyPatch) -> None:
@@ -349,13 +365,13 @@ def test_a_resumed_run_is_running_without_the_last_sessions_ending(
         interrupted: Path, copy_of: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"reason", "health"} <= manifest(interrupted).keys()
     out = copy_of(interrupted)
-    simulate, seen = simfl.run._simulate, []
+    simulate, seen = simfl.runs.run._simulate, []
 
     def looking(*args: Any, **kwargs: Any) -> Any:
         seen.append(manifest(out))  # as the resumed session begins to run
         return simulate(*args, **kwargs)
 
-    monkeypatch.setattr(simfl.run, "_simulate", looking)
+    monkeypatch.setattr(simfl.runs.run, "_simulate", looking)
     assert resume(out) == 0
     (running,) = seen
     assert running["status"] == "running"
@@ -436,8 +452,8 @@ def test_wall_time_adds_up_over_the_sessions_of_a_run(interrupted: Path, copy_of
     assert 0 < before <= manifest(interrupted)["wall_s"]
     out = copy_of(interrupted)
     clock = iter([100.0] + [107.5] * 1000)  # the resumed session takes 7.5 s
-    monkeypatch.setattr(simfl.run, "time", SimpleNamespace(
-        perf_counter=lambda: next(clock), strftime=simfl.run.time.strftime))
+    monkeypatch.setattr(simfl.runs.run, "time", SimpleNamespace(
+        perf_counter=lambda: next(clock), strftime=simfl.runs.run.time.strftime))
     assert resume(out) == 0
     assert manifest(out)["wall_s"] == round(before + 7.5, 3)
 
@@ -621,7 +637,7 @@ def test_a_nonfinite_update_is_dropped_and_logged(tmp_path: Path, monkeypatch: p
                                                   caplog: pytest.LogCaptureFixture) -> None:
     # The plain loop backend: in the batched one, padding rows read another client's
     # samples, and inf inputs there would poison everyone (real data is finite).
-    monkeypatch.setattr(simfl.run, "load_data", poisoned_loader)
+    monkeypatch.setattr(simfl.runs.run, "load_data", poisoned_loader)
     out = tmp_path / "run"
     with caplog.at_level(logging.WARNING, logger="simfl.train.local"):
         assert run(write_scenario(tmp_path, aggregator="fedavg", backend="loop"), out) == 0
@@ -668,7 +684,7 @@ def test_a_nonfinite_global_model_fails_the_run_and_keeps_the_last_good_checkpoi
 
     rounds = pl.read_parquet(baseline / "rounds.parquet")
     failing = rounds.filter(pl.col("num_aggregated") > 0)["round"][3]
-    monkeypatch.setattr(simfl.run, "make_aggregator", blow_up_at_the_4th_aggregation)
+    monkeypatch.setattr(simfl.runs.run, "make_aggregator", blow_up_at_the_4th_aggregation)
     out = tmp_path / "run"
     assert run(scenario, out) == 1
     err = capsys.readouterr().err
@@ -727,9 +743,9 @@ DELTA_FL = {"data": {"synthetic": {"num_clients": 12}},
 
 
 def _delta_fl_learner(seed: int = 0) -> Learner:
-    """A run's learner with its estimator panel wired, as simfl.run wires it."""
+    """A run's learner with its estimator panel wired, as simfl.runs.run wires it."""
     scenario = from_dict({**DELTA_FL, "seed": seed})
-    learner = simfl.run._build(scenario).learner
+    learner = simfl.runs.run._build(scenario).learner
     num_train = learner.data.train.num_clients  # 6 of the 12
     learner.use_estimators(EstimatorPanel(scenario.estimator, 0.5, num_train, Streams(seed)), 0)
     return learner
@@ -773,9 +789,9 @@ def test_learner_state_round_trips() -> None:
     assert (ipw[0].estimate(cohort, 0.5, np.random.default_rng(0)).threshold
             == ipw[1].estimate(cohort, 0.5, np.random.default_rng(0)).threshold)
     afl = {"data": {"synthetic": {"num_clients": 8}}, "aggregator": {"name": "afl"}}
-    learner = simfl.run._build(from_dict(afl)).learner
+    learner = simfl.runs.run._build(from_dict(afl)).learner
     learner.model.aggregator_state = learner.model.aggregator_state * 0.5 + 0.25
-    other = simfl.run._build(from_dict({**afl, "seed": 1})).learner
+    other = simfl.runs.run._build(from_dict({**afl, "seed": 1})).learner
     other.load_state_dict(learner.state_dict())
     np.testing.assert_array_equal(other.model.aggregator_state,
                                   learner.model.aggregator_state)

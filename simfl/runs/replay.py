@@ -1,6 +1,6 @@
 """Replay: a learner that journals its answers to the servers while a run is live and,
 when a run resumes, gives them back without computing anything while the engine retraces
-its steps up to the checkpoint (simfl.checkpoint; docs/design.md §9). What it does with
+its steps up to the checkpoint (simfl.runs.checkpoint; docs/design.md §9). What it does with
 each member the servers ask is the table of :mod:`simfl.sim.interface`: answers are
 journaled, effects skipped while replaying, static members asked again."""
 

@@ -1,6 +1,6 @@
 """Hyper-parameter tuning as the Δ-FL papers did it (arXiv:2112.09429, App. C.2.2).
 
-A tuning file is a sweep file (:mod:`simfl.sweep`) with a ``criterion``; its
+A tuning file is a sweep file (:mod:`simfl.runs.sweep`) with a ``criterion``; its
 ``[grid]`` holds the candidate values and its ``[variants]`` the rules that are
 tuned separately::
 
@@ -65,8 +65,8 @@ from simfl.rundir import (
     write_atomically,
     written_by_tune,
 )
-from simfl.sweep import SweepRun, is_complete, load_tuning, toml_value
-from simfl.sweep.execute import BUSY, run_sweep
+from simfl.runs.sweep import SweepRun, is_complete, load_tuning, toml_value
+from simfl.runs.sweep.execute import BUSY, run_sweep
 
 
 def _train_loss(run_dir: Path) -> float:
