@@ -41,7 +41,7 @@ def cells(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
     runs = per_run_bias(driving, [axis, COHORT])
     grouped = runs.group_by(axis, COHORT).agg(
         pl.len().alias("seeds"), *(pl.col(t).mean().alias(t) for t in TERMS),
-        *(pl.col(t).std().alias(f"{t}_sd") for t in TERMS))
+        *(pl.col(t).std().fill_null(float("nan")).alias(f"{t}_sd") for t in TERMS))
     t975 = pl.col("seeds").map_elements(lambda n: float(stats.t.ppf(0.975, n - 1)) if n > 1
                                         else float("nan"), return_dtype=pl.Float64)
     return grouped.with_columns(

@@ -58,3 +58,11 @@ def test_the_script_prints_the_table_and_draws_the_figure(tmp_path: Path) -> Non
     assert "| 100 | 20 | 3 | +0.0220 ± " in text
     module.figure(cells, "num_clients", tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_one_seed_has_a_mean_and_no_interval() -> None:
+    module = bench_module("population_figure")
+    cells = module.cells(table().filter(pl.col("seed") == 1), "num_clients")
+    assert cells["availability_bias"].to_list() == pytest.approx([0.01, -0.01])
+    assert all(h != h for h in cells["availability_bias_half"].to_list())  # nan
+    assert "| 100 | 20 | 1 | +0.0220 ± nan |" in module.markdown(cells, "num_clients")
