@@ -76,8 +76,10 @@ def figure(table: pl.DataFrame, axis: str, path: Path) -> None:
         ax.set_xticks(values, [f"$10^{{{round(np.log10(v))}}}$" for v in values])
         ax.set_title(term.replace("_bias", "").replace("bias", "total bias"))
         ax.set_xlabel("devices in the population")
-    axes[0].set_ylabel("η̂ − Q_pop (loss), mean ± 95 % CI over seeds")
+    axes[0].set_ylabel("η̂ − Q_pop (loss)")
     axes[-1].legend(title="devices a round")
+    fig.suptitle("The driving estimator's bias and its causes: mean ± 95 % t-interval "
+                 "over seeds")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
