@@ -431,6 +431,11 @@ class HistoryStratified:
         """(N,) stratum of each device: region × bin of its earlier days' check-in rate
         (read-only; made again only when the record has counted more rounds: once a UTC
         day, not every round)."""
+        return self._strata_and_sizes()[0]
+
+    def _strata_and_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`history_strata` and (S,) the devices of each stratum, kept until the
+        record counts another round."""
         record = self.checkins
         key = (id(record.seen), id(record.rounds), record.rounds.tobytes())
         if self._last[0] != key:
@@ -438,7 +443,7 @@ class HistoryStratified:
             strata.flags.writeable = False
             size = self.strata.max() * self.bins + self.bins
             self._last[:] = [key, strata, np.bincount(strata, minlength=size).astype(float)]
-        return self._last[1]
+        return self._last[1], self._last[2]
 
     def _strata(self) -> np.ndarray:
         rounds = self.checkins.rounds.sum()
@@ -454,8 +459,7 @@ class HistoryStratified:
         return stratum
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
-        stratum_of = self.history_strata()
-        population = self._last[2]  # (S,) devices of each stratum
+        stratum_of, population = self._strata_and_sizes()  # population: (S,) devices
         size = len(population)
         stratum = stratum_of[cohort.client_idx]
         in_cohort = np.bincount(stratum, minlength=size)
