@@ -3,6 +3,7 @@
     python bench/archive_runs.py scenarios/paper/linear.sweep.toml [--to docs/runs]
     python bench/archive_runs.py scenarios/paper/linear_afl.tune.toml   # a tuning file too
     python bench/archive_runs.py scenarios/study/drivers.sweep.toml --whole-eval
+    python bench/archive_runs.py scenarios/study/population_size.sweep.toml --lean
 
 A paper run took 20-84 min on the 2-core CPU (measured, beside other jobs), the runs of
 one table take longer than a machine is kept, and ``results/`` does not outlive the
@@ -18,12 +19,14 @@ and ``comm_by_round.parquet``, the run's messages summed by round, direction and
 traffic, the threshold protocol's too, without a row per message): tens of KB per run.
 ``--whole-eval`` keeps ``eval.parquet`` whole instead, every evaluation round (for a
 small population whose study figures read every evaluation, e.g. the drivers study's p90
-against cumulative bytes). That directory has the layout of a run directory, so
-``bench/paper_table.py`` (which looks in ``docs/runs`` after ``results``), ``python -m
-simfl sweep --archived docs/runs`` and ``python -m simfl tune --archived docs/runs``
-(skip what is archived) and ``python -m simfl collect --results docs/runs`` read it as a
-run. A run
-archived before is left as it is when its manifest is the same (the same run), else
+against cumulative bytes). ``--lean`` keeps neither ``eval.parquet`` nor ``devices.parquet``
+(a row per device: about 5 MB per run at 10⁵ devices, 50 MB at 10⁶) and the rest as
+above; ``collect`` then gathers no ``eval.parquet`` for that sweep and says so. That
+directory has the layout of a run directory, so ``bench/paper_table.py`` (which looks
+in ``docs/runs`` after ``results``), ``python -m simfl sweep --archived docs/runs`` and
+``python -m simfl tune --archived docs/runs`` (skip what is archived) and ``python -m
+simfl collect --results docs/runs`` read it as a run. A run archived before is left as
+it is when its manifest is the same (the same run), else
 replaced, each file whole (written aside, then renamed); the script says when the
 re-run's summary differs (a re-run at the same seed and thread count should reproduce
 it); a run archived before ``eval_rounds.parquet`` was kept gains it where its run
@@ -66,6 +69,7 @@ SUMMARY_KEYS = ("mean", "p90")
 # small tables, kept whole (devices.parquet: runs from 2026-11-28 on write it)
 WHOLE = ("rounds", "bias", "devices")
 TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE)  # what a run's archive holds
+PER_DEVICE = ("eval", "devices")  # what --lean leaves out
 ARCHIVE_LAYOUT: Layout = {re.escape(name): FILE for name in
                           (MANIFEST, *(f"{t}.parquet" for t in TABLES))}
 
@@ -156,8 +160,9 @@ def plan_archive(sweep_path: str, to: Path, results: Path = Path("results")) -> 
     return Plan(sweep, to, runs, complete, copies)
 
 
-def archive(plan: Plan, whole_eval: bool = False) -> None:
-    """Write what ``plan`` found to write, each file whole (written aside, then renamed)."""
+def archive(plan: Plan, whole_eval: bool = False, lean: bool = False) -> None:
+    """Write what ``plan`` found to write, each file whole (written aside, then renamed);
+    ``lean``: without the per-device tables eval.parquet and devices.parquet."""
     sweep, to = plan.sweep, plan.to
     for run, dest, manifest, text, before in plan.runs:
         if before is not None:  # a re-run of an archived run
@@ -174,6 +179,9 @@ def archive(plan: Plan, whole_eval: bool = False) -> None:
                   "comm_by_round": comm_by_round(pl.read_parquet(run.run_dir / "comm.parquet")),
                   **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE
                      if (run.run_dir / f"{t}.parquet").is_file()}}
+        for table in PER_DEVICE if lean else ():
+            tables.pop(table, None)
+            (dest / f"{table}.parquet").unlink(missing_ok=True)  # an earlier archive's
         for table, frame in tables.items():  # each file whole or not at all, manifest last
             frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
             (dest / f"{table}.parquet.tmp").replace(dest / f"{table}.parquet")
@@ -193,8 +201,11 @@ def main() -> None:
     parser.add_argument("--to", type=Path, default=Path("docs/runs"))
     parser.add_argument("--results", type=Path, default=Path("results"),
                         help="where the run directories are")
-    parser.add_argument("--whole-eval", action="store_true",
-                        help="keep every evaluation round's eval.parquet, not the final one")
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument("--whole-eval", action="store_true",
+                      help="keep every evaluation round's eval.parquet, not the final one")
+    kept.add_argument("--lean", action="store_true",
+                      help="keep no per-device table (eval.parquet, devices.parquet)")
     args = parser.parse_args()
     try:  # every sweep's destinations checked before anything is written
         plans = [plan_archive(path, args.to, args.results) for path in args.sweep]
@@ -202,7 +213,7 @@ def main() -> None:
         print(f"archive_runs: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     for each in plans:
-        archive(each, args.whole_eval)
+        archive(each, args.whole_eval, args.lean)
 
 
 if __name__ == "__main__":

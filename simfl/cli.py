@@ -669,15 +669,23 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
 
 def _collect(sweep: Sweep) -> int:
     from simfl.plots.study import plot_sweep
-    from simfl.runs.sweep import collect, is_complete, other_scenarios
+    from simfl.rundir import PLOTS_DIR, SWEEP_FIGURES
+    from simfl.runs.sweep import collect, is_complete, lacking, other_scenarios
 
     check_plots_dir(sweep.out_dir)
     for line in other_scenarios(sweep, [run for run in sweep.runs if is_complete(run.run_dir)]):
         _say(line)
+    for table, runs in lacking(sweep).items():
+        _say(f"{sweep.out_dir / table}.parquet: not collected: {runs} complete runs have no "
+             f"{table}.parquet (archived with bench/archive_runs.py --lean)")
     for table, rows in collect(sweep).items():
         _say(f"{sweep.out_dir / table}.parquet: {rows} rows")
-    for path in plot_sweep(sweep.out_dir, report=lambda line: print(line, file=sys.stderr)):
+    written = plot_sweep(sweep.out_dir, report=lambda line: print(line, file=sys.stderr))
+    for path in written:
         _say(path)
+    for name in SWEEP_FIGURES:  # a figure skipped now: collect's earlier copy would be stale
+        if (stale := sweep.out_dir / PLOTS_DIR / name) not in written:
+            stale.unlink(missing_ok=True)  # collect checked that it wrote it
     return 0
 
 

@@ -468,6 +468,9 @@ def _sweep_figures(out_dir: Path, bias: pl.DataFrame
         else:
             skipped |= dict.fromkeys(by_x[2:], "no round split the bias by cause "
                                                "(estimator.decomposition_draws = 0)")
+    if not (out_dir / "eval.parquet").is_file():  # runs archived without it (--lean)
+        skipped["p90_vs_bytes_by_estimator.png"] = "eval.parquet was not collected"
+        return figures, skipped
     rounds, ev = (pl.read_parquet(out_dir / f"{t}.parquet") for t in ("rounds", "eval"))
     if rounds.height and ev.height:
         figures["p90_vs_bytes_by_estimator.png"] = partial(

@@ -26,6 +26,7 @@ from simfl.runs.sweep import (
     check_ray_fits,
     collect,
     is_complete,
+    lacking,
     load_sweep,
     run_statuses,
     sweep_progress,
@@ -159,6 +160,30 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     for run in sweep.runs:
         whole = tmp_path / "whole" / sweep.name / run.run_id / "eval.parquet"
         assert pl.read_parquet(whole).equals(pl.read_parquet(run.run_dir / "eval.parquet"))
+    # --lean keeps no per-device table; collect then gathers no eval.parquet, removing its
+    # own stale copy, and the figure that reads it is skipped
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive_runs.py"), str(path),
+                    "--to", str(tmp_path / "lean"), "--results", str(tmp_path / "results"),
+                    "--lean"], check=True, capture_output=True)
+    lean = load_sweep(path, tmp_path / "lean")
+    assert all(is_complete(r.run_dir) for r in lean.runs)
+    for run in lean.runs:
+        assert {p.name for p in run.run_dir.iterdir()} == {
+            "manifest.json", "eval_rounds.parquet", "comm_by_round.parquet", "rounds.parquet",
+            "bias.parquet"}
+    assert lacking(lean) == {"eval": len(lean.runs)}
+    shutil.copy(kept.out_dir / "eval.parquet", lean.out_dir / "eval.parquet")  # collect's
+    assert set(collect(lean)) == {"rounds", "bias"}
+    assert pl.read_parquet(lean.out_dir / "bias.parquet").equals(bias)
+    assert not (lean.out_dir / "eval.parquet").exists()
+    skipped: list[str] = []
+    assert "p90_vs_bytes_by_estimator.png" not in {
+        p.name for p in plot_sweep(lean.out_dir, report=skipped.append)}
+    assert any("eval.parquet was not collected" in line for line in skipped)
+    (lean.out_dir / "eval.parquet").write_bytes(b"mine")  # not collect's: stops it
+    with pytest.raises(InputError, match="eval.parquet: exists and was not written"):
+        collect(lean)
+    assert (lean.out_dir / "eval.parquet").read_bytes() == b"mine"
     # archived again: the same runs are left alone, a re-run (another manifest) is replaced
     stamps = {f: f.stat().st_mtime_ns for f in kept.out_dir.rglob("*.parquet")}
     rerun = sweep.runs[1].run_dir / "manifest.json"

@@ -22,24 +22,39 @@ from simfl.runs.sweep.status import is_complete
 COLLECTED_TABLES = ("rounds", "bias", "eval")
 
 
+def lacking(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str, int]:
+    """Of ``tables``, those some complete run lacks (a run archived with ``bench/
+    archive_runs.py --lean`` keeps no ``eval.parquet``), with how many runs lack each."""
+    done = [r for r in sweep.runs if is_complete(r.run_dir)]
+    counts = {t: sum(not (r.run_dir / f"{t}.parquet").is_file() for r in done)
+              for t in tables}
+    return {t: n for t, n in counts.items() if n}
+
+
 def collect(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str, int]:
     """Concatenate each complete run's tables into ``results/<sweep>/<table>.parquet``,
     with the run id and the sweep's axes as extra columns; returns rows per table. Each
     file it writes is marked as its own, and one that is there without the mark (a file
     simfl did not write), or a figure :func:`simfl.plots.study.plot_sweep` would replace,
-    stops it before it writes anything."""
+    stops it before it writes anything. A table some complete run lacks
+    (:func:`lacking`) is not collected, so that no collected table covers part of the
+    runs: it is left out of the returned rows, and collect's own earlier copy of it is
+    removed rather than left stale."""
     rows = {}
     done = [r for r in sweep.runs if is_complete(r.run_dir)]
     if not done:
         raise InputError(f"{sweep.out_dir}: no run of sweep '{sweep.name}' is complete yet "
                          f"(python -m simfl sweep --status shows where they stand)")
+    skipped = lacking(sweep, tables)
     targets = [sweep.out_dir / f"{table}.parquet" for table in tables]
     for path in [*targets, *(sweep.out_dir / PLOTS_DIR / name for name in SWEEP_FIGURES)]:
         if (path.exists() or path.is_symlink()) and not written_by_collect(path):
             raise InputError(f"{path}: exists and was not written by simfl collect, which "
                              f"would replace it: move it away, then collect again (nothing "
                              f"was written)")
-    for table in tables:
+    for table in skipped:
+        (sweep.out_dir / f"{table}.parquet").unlink(missing_ok=True)  # collect's own
+    for table in (t for t in tables if t not in skipped):
         frames = [pl.read_parquet(r.run_dir / f"{table}.parquet").with_columns(
                       pl.lit(r.run_id).alias("run_id"),
                       *(pl.lit(v).alias(k) for k, v in r.params.items()))
