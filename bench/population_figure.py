@@ -8,8 +8,12 @@ the burn-in, the causes counted from what Δ-FL's objective prescribes (as
     python bench/population_figure.py docs/runs/population_size \
         [--axis num_clients] [--figure docs/figures/population_size.png]
 
-Prints the table (markdown) and, with ``--figure``, draws it: four panels (the bias and
-its sampling, availability and selection terms), the population axis on a log scale.
+Prints the table (markdown), then each term's change per tenfold population (the slope of
+the runs' values on log10 N, a row per K, with 95 % t-intervals: does a term depend on
+N?), each term at the smallest K minus at each other K paired by population size and
+seed (does it depend on K?), and, with ``--figure``, draws the first table: four panels
+(the bias and its sampling, availability and selection terms), the population axis on a
+log scale.
 """
 
 from __future__ import annotations
@@ -47,6 +51,67 @@ def cells(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
     return grouped.with_columns(
         *((t975 * pl.col(f"{t}_sd") / pl.col("seeds").sqrt()).alias(f"{t}_half")
           for t in TERMS)).drop(*(f"{t}_sd" for t in TERMS)).sort(COHORT, axis)
+
+
+def slopes(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
+    """Per K and term: the least-squares slope of the runs' values (each run's mean, as
+    :func:`cells`) on log10 of ``axis``, i.e. the change per tenfold population, with the
+    half-width of its 95 % t-interval (runs − 2 degrees of freedom) and the runs used."""
+    driving = against_prescribed(bias).filter(pl.col("driver") & (pl.col("mc_draws") > 0))
+    runs = per_run_bias(driving, [axis, COHORT])
+    rows = []
+    for (k,), part in runs.sort(COHORT).partition_by(COHORT, as_dict=True,
+                                                      maintain_order=True).items():
+        x = np.log10(part[axis].to_numpy().astype(float))
+        row: dict[str, object] = {COHORT: k, "runs": part.height}
+        for term in TERMS:
+            fit = stats.linregress(x, part[term].to_numpy())
+            half = (float(stats.t.ppf(0.975, part.height - 2)) * fit.stderr
+                    if part.height > 2 else float("nan"))
+            row |= {term: float(fit.slope), f"{term}_half": half}
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def cohort_difference(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
+    """Per term: the smallest K's value minus each larger K's, paired by population size
+    and seed (the same population and availability), over every population size: the
+    mean difference, the half-width of its 95 % t-interval, the pairs."""
+    driving = against_prescribed(bias).filter(pl.col("driver") & (pl.col("mc_draws") > 0))
+    runs = per_run_bias(driving, [axis, COHORT, "seed"])
+    sizes = sorted(runs[COHORT].unique().to_list())
+    rows = []
+    for k in sizes[1:]:
+        pairs = runs.filter(pl.col(COHORT) == sizes[0]).join(
+            runs.filter(pl.col(COHORT) == k), on=[axis, "seed"], suffix="_other")
+        row: dict[str, object] = {"smaller": sizes[0], "larger": k, "pairs": pairs.height}
+        for term in TERMS:
+            diff = (pairs[term] - pairs[f"{term}_other"]).to_numpy()
+            half = (float(stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1)
+                          / np.sqrt(len(diff))) if len(diff) > 1 else float("nan"))
+            row |= {term: float(diff.mean()), f"{term}_half": half}
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def difference_markdown(table: pl.DataFrame) -> str:
+    """One row per larger K: each term at the smallest K minus at it, ± half-width."""
+    lines = ["| K − K' | pairs | " + " | ".join(TERMS) + " |",
+             "|---|---|" + "---|" * len(TERMS)]
+    for row in table.iter_rows(named=True):
+        terms = " | ".join(f"{row[t]:+.4f} ± {row[f'{t}_half']:.4f}" for t in TERMS)
+        lines.append(f"| {row['smaller']} − {row['larger']} | {row['pairs']} | {terms} |")
+    return "\n".join(lines)
+
+
+def slope_markdown(table: pl.DataFrame) -> str:
+    """One row per K: each term's change per tenfold population, slope ± half-width."""
+    lines = ["| K | runs | " + " | ".join(f"{t} per decade" for t in TERMS) + " |",
+             "|---|---|" + "---|" * len(TERMS)]
+    for row in table.iter_rows(named=True):
+        terms = " | ".join(f"{row[t]:+.4f} ± {row[f'{t}_half']:.4f}" for t in TERMS)
+        lines.append(f"| {row[COHORT]} | {row['runs']} | {terms} |")
+    return "\n".join(lines)
 
 
 def markdown(table: pl.DataFrame, axis: str) -> str:
@@ -97,6 +162,12 @@ def main() -> None:
         parser.error(f"--axis: {args.axis} is not an axis of {args.sweep_dir}")
     table = cells(bias, args.axis)
     print(markdown(table, args.axis))
+    print(f"\nChange per tenfold {args.axis} (least squares on log10, 95 % t-interval):\n")
+    print(slope_markdown(slopes(bias, args.axis)))
+    if bias[COHORT].n_unique() > 1:
+        print("\nThe smallest K minus each other K, paired by population size and seed "
+              "(95 % t-interval):\n")
+        print(difference_markdown(cohort_difference(bias, args.axis)))
     if args.figure:
         figure(table, args.axis, args.figure)
         print(f"wrote {args.figure}")

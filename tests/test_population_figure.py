@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from scipy import stats
@@ -66,3 +67,40 @@ def test_one_seed_has_a_mean_and_no_interval() -> None:
     assert cells["availability_bias"].to_list() == pytest.approx([0.01, -0.01])
     assert all(h != h for h in cells["availability_bias_half"].to_list())  # nan
     assert "| 100 | 20 | 1 | +0.0220 ± nan |" in module.markdown(cells, "num_clients")
+
+
+def test_slopes_are_least_squares_per_decade_with_t_intervals() -> None:
+    """Per run, availability is +seed/100 at N = 100 and -seed/100 at N = 1000: against
+    x = log10 N (2, 3) the slope is mean(-s) - mean(s) = -0.02 per decade; by hand its
+    standard error is sqrt(SSE / (n - 2) / Sxx), SSE the residuals around the two means."""
+    module = bench_module("population_figure")
+    fit = module.slopes(table(), "num_clients")
+    assert fit["clients_per_round"].to_list() == [20] and fit["runs"].to_list() == [6]
+    assert fit["availability_bias"][0] == pytest.approx(-0.02)
+    sse = 2 * sum((v - 0.01) ** 2 for v in (0.0, 0.01, 0.02))  # each N's spread
+    sxx = 6 * 0.25
+    half = stats.t.ppf(0.975, 4) * (sse / 4 / sxx) ** 0.5
+    assert fit["availability_bias_half"][0] == pytest.approx(half)
+    assert fit["sampling_bias"][0] == pytest.approx(0.0, abs=1e-12)  # 0.002 at both N
+    assert "| 20 | 6 | " in module.slope_markdown(fit)
+
+
+def test_cohort_difference_pairs_runs_by_population_and_seed() -> None:
+    """K = 100 copies of the table with sampling 0.002 + seed / 1000 against K = 20's 0.002:
+    the paired difference is -seed / 1000, mean -0.001 over the six (N, seed) pairs."""
+    base = table()
+    other = base.filter(pl.col("round") > 0).with_columns(
+        pl.lit(100, pl.Int64).alias("clients_per_round"),
+        pl.lit(100, pl.Int64).alias("cohort_size"),
+        (0.002 + pl.col("seed") / 1000).alias("sampling_bias"),
+        pl.col("run_id").str.replace("clients_per_round=20", "clients_per_round=100"))
+    module = bench_module("population_figure")
+    diff = module.cohort_difference(pl.concat([base, other]), "num_clients")
+    assert diff["pairs"].to_list() == [6]
+    assert diff["sampling_bias"][0] == pytest.approx(-0.001)
+    values = [-s / 1000 for s in (0, 1, 2)] * 2
+    sd = float(np.std(values, ddof=1))
+    assert diff["sampling_bias_half"][0] == pytest.approx(
+        stats.t.ppf(0.975, 5) * sd / 6**0.5)
+    assert diff["availability_bias"][0] == pytest.approx(0.0, abs=1e-12)
+    assert "| 20 − 100 | 6 | " in module.difference_markdown(diff)
