@@ -29,6 +29,7 @@ from simfl.runs.sweep import (
     lacking,
     load_sweep,
     run_statuses,
+    status_lines,
     sweep_progress,
 )
 from simfl.runs.sweep.execute import BUSY, run_sweep
@@ -172,6 +173,11 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
             "manifest.json", "eval_rounds.parquet", "comm_by_round.parquet", "rounds.parquet",
             "bias.parquet"}
     assert lacking(lean) == {"eval": len(lean.runs)}
+    # --status reads a lean run's final errors from its manifest, as a kept run's eval
+    kept_lines = status_lines(load_sweep(path, tmp_path / "elsewhere"), tmp_path / "archive")
+    lean_lines = status_lines(load_sweep(path, tmp_path / "elsewhere"), tmp_path / "lean")
+    assert lean_lines == kept_lines and all("archived" in line and "test mean" in line
+                                            for line in lean_lines[:-1])
     shutil.copy(kept.out_dir / "eval.parquet", lean.out_dir / "eval.parquet")  # collect's
     assert set(collect(lean)) == {"rounds", "bias"}
     assert pl.read_parquet(lean.out_dir / "bias.parquet").equals(bias)

@@ -12,7 +12,7 @@ import polars as pl
 
 from simfl.errors import InputError
 from simfl.metrics import error_summary
-from simfl.records import read_table
+from simfl.records import read_table, table_exists
 from simfl.rundir import MANIFEST, checkpoint_progress, manifest_or_empty, run_locked
 from simfl.runs.sweep.spec import Sweep, SweepRun, toml_value
 from simfl.scenario import Scenario, flatten, from_dict, load_scenario, to_dict
@@ -67,7 +67,11 @@ def _status(sweep: Sweep, run: SweepRun, archived: Path | None) -> dict[str, Any
         rounds = total
     elif (progress := checkpoint_progress(run_dir)) is not None:
         rounds, wall_s = progress
-    if manifest:
+    summary = (manifest.get("summary", {}).get("test") if status in ("complete", "archived")
+               else None)
+    if summary:  # a finished run's final evaluation (one archived --lean keeps no eval)
+        test = {"mean": summary["mean"], "p90": summary["p90"]}
+    elif manifest and table_exists(run_dir, "eval"):
         evals = read_table(run_dir, "eval").filter(pl.col("split") == "test")
         if evals.height:
             last = evals.filter(pl.col("round") == evals["round"].max())
