@@ -422,10 +422,14 @@ def test_status_tells_where_each_run_stands(tmp_path: Path, monkeypatch: pytest.
     assert lines[0].startswith("variant=always,clients_per_round=4,seed=0  complete  4/4 rounds")
     assert lines[1].startswith("variant=diurnal,clients_per_round=4,seed=0  killed  2/4 rounds")
     assert lines[2] == "variant=always,clients_per_round=4,seed=1  not started  0/4 rounds"
-    wall = status["wall_s"][0] + status["wall_s"][1]  # the complete run's and the killed one's
+    done_s, killed_s = status["wall_s"][0], status["wall_s"][1]  # 4 and 2 rounds
+    # left, each at its grid cell's pace: always's seed 1 (4 rounds at done_s / 4), then
+    # diurnal's 2 + 4 rounds at killed_s / 2
+    left = done_s + 3 * killed_s
     assert lines[-1] == (f"{sweep.name}: 1 of 4 runs complete, 6 of 16 rounds done (37.5 %) in "
-                         f"{wall / 60:.1f} min of run time; at that pace the 10 rounds left "
-                         f"take about {wall / 6 * 10 / 60:.1f} min of one process")
+                         f"{(done_s + killed_s) / 60:.1f} min of run time; at the pace of "
+                         f"each grid cell's runs the 10 rounds left take about "
+                         f"{left / 60:.1f} min of one process")
 
     # Kept copies (bench/archive_runs.py, e.g. docs/runs): a run not complete here but
     # complete there is "archived", with the kept run's figures; a run complete here is
@@ -509,6 +513,18 @@ def test_an_interrupted_run_resumes_unless_its_scenario_changed(
     assert capsys.readouterr().out.splitlines()[1:] == [kept]
     assert main(["collect", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == kept
+
+
+def test_progress_guesses_the_pace_of_a_grid_cell_no_run_has_started() -> None:
+    statuses = pl.DataFrame({"cell": ["n=10", "n=10", "n=100"], "status": [
+        "complete", "not started", "not started"], "rounds": [10, 0, 0],
+        "num_rounds": [10, 10, 10], "wall_s": [60.0, None, None],
+        "device": ["cpu", None, None]})
+    assert sweep_progress("s", statuses) == (
+        "s: 1 of 3 runs complete, 10 of 30 rounds done (33.3 %) in 1.0 min of run time; at "
+        "the pace of each grid cell's runs the 20 rounds left take about 2.0 min of one "
+        "process; 10 of them in grid cells no run has started, guessed at the pace of all "
+        "rounds done")
 
 
 def test_progress_gives_each_devices_pace_when_runs_started_on_several() -> None:

@@ -17,7 +17,7 @@ from simfl.rundir import MANIFEST, checkpoint_progress, manifest_or_empty, run_l
 from simfl.runs.sweep.spec import Sweep, SweepRun, toml_value
 from simfl.scenario import Scenario, flatten, from_dict, load_scenario, to_dict
 
-STATUS_SCHEMA = {"run": pl.String, "status": pl.String, "rounds": pl.Int64,
+STATUS_SCHEMA = {"run": pl.String, "cell": pl.String, "status": pl.String, "rounds": pl.Int64,
                  "num_rounds": pl.Int64, "wall_s": pl.Float64, "device": pl.String,
                  "test_mean": pl.Float64, "test_p90": pl.Float64, "changes": pl.String}
 
@@ -77,7 +77,9 @@ def _status(sweep: Sweep, run: SweepRun, archived: Path | None) -> dict[str, Any
             last = evals.filter(pl.col("round") == evals["round"].max())
             test = error_summary(last["error"].to_numpy())
     changes = "; ".join(scenario_changes(run_dir, scenario)) if manifest else ""
-    return {"run": run.run_id, "status": status, "rounds": rounds, "num_rounds": total,
+    cell = ",".join(f"{k}={v}" for k, v in run.params.items() if k != "seed")
+    return {"run": run.run_id, "cell": cell, "status": status, "rounds": rounds,
+            "num_rounds": total,
             "wall_s": wall_s, "device": manifest.get("device"), "test_mean": test["mean"],
             "test_p90": test["p90"], "changes": changes or None}
 
@@ -99,9 +101,11 @@ def status_lines(sweep: Sweep, archived: Path | None = None) -> list[str]:
 
 def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
     """One line from :func:`run_statuses`' table: runs complete, rounds done, run time so
-    far and, at that pace (wall seconds per round over every round done), the run time of
-    the rounds left; at each device's pace when runs started on several (a GPU's and a
-    CPU's differ by an order of magnitude)."""
+    far and the run time of the rounds left, each run's at the pace (wall seconds per round
+    done) of the started runs of its grid cell (``cell``: the run's axes but the seed; a
+    population ten times larger runs slower), a cell none has started at the pace of every
+    round done, and how many rounds that guess covers; at each device's pace when runs
+    started on several (a GPU's and a CPU's differ by an order of magnitude)."""
     done = statuses["status"].is_in(["complete", "archived"]).sum()
     rounds, total = int(statuses["rounds"].sum()), int(statuses["num_rounds"].sum())
     started = statuses.filter(pl.col("rounds") > 0).with_columns(pl.col("wall_s").fill_null(0.0))
@@ -113,11 +117,19 @@ def sweep_progress(name: str, statuses: pl.DataFrame) -> str:
     paces = started.group_by("device", maintain_order=True).agg(pl.col("wall_s").sum(),
                                                                   pl.col("rounds").sum())
     if paces.height == 1:
-        return line + (f"; at that pace the {total - rounds} rounds left take about "
-                       f"{_duration(wall / rounds * (total - rounds))} of one process")
-    left = [f"{_duration(w / r * (total - rounds))} at the pace of the runs started on {d}"
+        cells = started.group_by("cell").agg(
+            (pl.col("wall_s").sum() / pl.col("rounds").sum()).alias("pace"))
+        left = statuses.join(cells, on="cell", how="left").with_columns(
+            (pl.col("num_rounds") - pl.col("rounds")).alias("left"))
+        guessed = int(left.filter(pl.col("pace").is_null())["left"].sum())
+        seconds = float((left["left"] * left["pace"].fill_null(wall / rounds)).sum())
+        unsure = (f"; {guessed} of them in grid cells no run has started, guessed at the "
+                  f"pace of all rounds done" if guessed else "")
+        return line + (f"; at the pace of each grid cell's runs the {total - rounds} rounds "
+                       f"left take about {_duration(seconds)} of one process{unsure}")
+    each = [f"{_duration(w / r * (total - rounds))} at the pace of the runs started on {d}"
             for d, w, r in paces.iter_rows() if r and w]
-    return line + f"; the {total - rounds} rounds left take about " + ", ".join(left)
+    return line + f"; the {total - rounds} rounds left take about " + ", ".join(each)
 
 
 def _duration(seconds: float) -> str:
