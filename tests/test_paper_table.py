@@ -405,3 +405,47 @@ def test_the_paper_table_gives_interval_verdict_and_holm(
     # +1.12 [-0.53, +2.77]: neither inside ± 1 nor clear of 0
     assert f"| {d.estimate:+.2f} [{d.low:+.2f}, {d.high:+.2f}] | undetermined | {d.p:.2g} (" in row
     assert "| FedAvg, sample-weighted | 9 |" in out
+
+
+@pytest.mark.slow
+def test_the_ten_seed_answer_in_reproduction_md_is_the_kept_runs() -> None:
+    """The ten-seed table of docs/reproduction.md (the filter against a random half) holds
+    what bench/paper_table.py prints from the kept runs: each rule's tail, simfl − paper,
+    the paired differences unweighted and sample-weighted, and the Fieller ratio."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+         "scenarios/paper/linear_ten_seeds.sweep.toml", "--results", "docs/runs", "--versus",
+         "fedavg_sub", "--weighted", "--ratio", "fedavg_sub", "deltafl_0_5", "fedavg"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+    def figure(text: str) -> str:
+        return text.replace("-", "−")
+
+    def rows(text: str) -> dict[str, list[str]]:
+        return {c[0]: c for c in map(cells, text.splitlines()) if len(c) > 2}
+
+    main, rest = out.split("Sample-weighted minus unweighted")
+    paired, ratios = rest.split("Each rule minus fedavg_sub")[1].split("ratio [Fieller")
+    main_rows, paired_rows, ratio_rows = rows(main), rows(paired), rows(ratios)
+    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    start = lines.index("| quantity (test error, points; 95 % intervals over 10 paired seeds) "
+                        "| unweighted | sample-weighted |")
+    page = {c[0]: c[1:] for c in map(cells, lines[start + 2:start + 14])}
+    for label, rule in (("FedAvg p90, mean ± sd", "FedAvg"),
+                        ("FedAvg-Sub (ℓ2 1e-4) p90", "FedAvg-Sub (a random 0.5 of the cohort)"),
+                        ("Δ-FL θ = 0.5 p90", "Δ-FL θ = 0.5")):
+        assert page[label] == [main_rows[rule][2], main_rows[f"{rule}, sample-weighted"][2]]
+    for label, rule in (("simfl − paper, FedAvg p90 (Welch)", "FedAvg"),
+                        ("simfl − paper, Δ-FL θ = 0.5 p90 (Welch)", "Δ-FL θ = 0.5")):
+        for cell, row in zip(page[label], (rule, f"{rule}, sample-weighted"), strict=True):
+            assert cell == f"{figure(main_rows[row][4])} *{main_rows[row][5]}*"
+    primary = page["**Δ-FL θ = 0.5 − FedAvg-Sub, p90 (primary)**"]
+    assert primary[0].startswith(f"**{figure(paired_rows['Δ-FL θ = 0.5'][2])}**")
+    assert primary[1] == figure(paired_rows["Δ-FL θ = 0.5, sample-weighted"][2])
+    assert page["FedAvg − FedAvg-Sub, p90"] == [
+        figure(paired_rows["FedAvg"][2]), figure(paired_rows["FedAvg, sample-weighted"][2])]
+    assert page["Δ-FL θ = 0.5 − FedAvg-Sub, mean"] == [
+        figure(paired_rows["Δ-FL θ = 0.5"][4]),
+        figure(paired_rows["Δ-FL θ = 0.5, sample-weighted"][4])]
+    assert page["(FedAvg-Sub − FedAvg) / (Δ-FL − FedAvg), p90, Fieller"][0] == figure(
+        ratio_rows["p90"][3])
