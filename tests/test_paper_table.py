@@ -249,10 +249,14 @@ def test_the_l2_tuning_tables_in_reproduction_md_are_the_kept_runs(name: str) ->
         assert row in page, f"not in docs/reproduction.md: {row}"
 
 
-def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs() -> None:
-    tuning = kept_tuning("paper_tune_linear_lr")["all runs"]
+@pytest.mark.parametrize(("name", "horizon"), [("paper_tune_linear_lr", 500),
+                                               ("paper_tune_linear_lr_full", 3000)])
+def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs(name: str,
+                                                                      horizon: int) -> None:
+    tuning = kept_tuning(name)["all runs"]
     lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| γ0 | α-weighted"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(
+        f"| γ0 | α-weighted training loss at round {horizon} |"))
     rows = [cells(line) for line in lines[start + 2:start + 2 + len(tuning)]]
     for row, (lr, (criterion, chosen)) in zip(rows, tuning.items(), strict=True):
         assert float(row[0].split()[0].strip("*")) == lr
