@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import seaborn as sns  # noqa: E402
+from intervals import paired  # noqa: E402  (bench/intervals.py)
 from scipy import stats  # noqa: E402
 
 from simfl.plots.study import DECOMPOSITION, against_prescribed, per_run_bias  # noqa: E402
@@ -36,13 +37,19 @@ TERMS = ("bias", *DECOMPOSITION)
 COHORT = "clients_per_round"
 
 
+def driving_runs(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
+    """The driving estimator's per-run means (simfl.plots.study.per_run_bias: each run's
+    mean over its bias rounds after the burn-in), keeping ``axes``."""
+    driving = against_prescribed(bias).filter(pl.col("driver") & (pl.col("mc_draws") > 0))
+    return per_run_bias(driving, axes)
+
+
 def cells(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
     """Per (``axis``, K): the seeds, and of each term the mean over runs and the
     half-width of its 95 % t-interval (``<term>_half``), for the driving estimator
     (simfl.plots.study.per_run_bias: each run's mean over its bias rounds after the
     burn-in)."""
-    driving = against_prescribed(bias).filter(pl.col("driver") & (pl.col("mc_draws") > 0))
-    runs = per_run_bias(driving, [axis, COHORT])
+    runs = driving_runs(bias, [axis, COHORT])
     grouped = runs.group_by(axis, COHORT).agg(
         pl.len().alias("seeds"), *(pl.col(t).mean().alias(t) for t in TERMS),
         *(pl.col(t).std().fill_null(float("nan")).alias(f"{t}_sd") for t in TERMS))
@@ -57,8 +64,7 @@ def slopes(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
     """Per K and term: the least-squares slope of the runs' values (each run's mean, as
     :func:`cells`) on log10 of ``axis``, i.e. the change per tenfold population, with the
     half-width of its 95 % t-interval (runs − 2 degrees of freedom) and the runs used."""
-    driving = against_prescribed(bias).filter(pl.col("driver") & (pl.col("mc_draws") > 0))
-    runs = per_run_bias(driving, [axis, COHORT])
+    runs = driving_runs(bias, [axis, COHORT])
     rows = []
     for (k,), part in runs.sort(COHORT).partition_by(COHORT, as_dict=True,
                                                       maintain_order=True).items():
@@ -77,8 +83,7 @@ def cohort_difference(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
     """Per term: the smallest K's value minus each larger K's, paired by population size
     and seed (the same population and availability), over every population size: the
     mean difference, the half-width of its 95 % t-interval, the pairs."""
-    driving = against_prescribed(bias).filter(pl.col("driver") & (pl.col("mc_draws") > 0))
-    runs = per_run_bias(driving, [axis, COHORT, "seed"])
+    runs = driving_runs(bias, [axis, COHORT, "seed"])
     sizes = sorted(runs[COHORT].unique().to_list())
     rows = []
     for k in sizes[1:]:
@@ -87,11 +92,15 @@ def cohort_difference(bias: pl.DataFrame, axis: str) -> pl.DataFrame:
         row: dict[str, object] = {"smaller": sizes[0], "larger": k, "pairs": pairs.height}
         for term in TERMS:
             diff = (pairs[term] - pairs[f"{term}_other"]).to_numpy()
-            half = (float(stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1)
-                          / np.sqrt(len(diff))) if len(diff) > 1 else float("nan"))
-            row |= {term: float(diff.mean()), f"{term}_half": half}
+            half = paired(diff).high - diff.mean() if len(diff) > 1 else float("nan")
+            row |= {term: float(diff.mean()), f"{term}_half": float(half)}
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def _terms(row: dict[str, object]) -> str:
+    """A table row's terms as ``mean ± half-width`` cells."""
+    return " | ".join(f"{row[t]:+.4f} ± {row[f'{t}_half']:.4f}" for t in TERMS)
 
 
 def difference_markdown(table: pl.DataFrame) -> str:
@@ -99,8 +108,7 @@ def difference_markdown(table: pl.DataFrame) -> str:
     lines = ["| K − K' | pairs | " + " | ".join(TERMS) + " |",
              "|---|---|" + "---|" * len(TERMS)]
     for row in table.iter_rows(named=True):
-        terms = " | ".join(f"{row[t]:+.4f} ± {row[f'{t}_half']:.4f}" for t in TERMS)
-        lines.append(f"| {row['smaller']} − {row['larger']} | {row['pairs']} | {terms} |")
+        lines.append(f"| {row['smaller']} − {row['larger']} | {row['pairs']} | {_terms(row)} |")
     return "\n".join(lines)
 
 
@@ -109,8 +117,7 @@ def slope_markdown(table: pl.DataFrame) -> str:
     lines = ["| K | runs | " + " | ".join(f"{t} per decade" for t in TERMS) + " |",
              "|---|---|" + "---|" * len(TERMS)]
     for row in table.iter_rows(named=True):
-        terms = " | ".join(f"{row[t]:+.4f} ± {row[f'{t}_half']:.4f}" for t in TERMS)
-        lines.append(f"| {row[COHORT]} | {row['runs']} | {terms} |")
+        lines.append(f"| {row[COHORT]} | {row['runs']} | {_terms(row)} |")
     return "\n".join(lines)
 
 
@@ -119,7 +126,7 @@ def markdown(table: pl.DataFrame, axis: str) -> str:
     lines = [f"| {axis} | K | seeds | " + " | ".join(TERMS) + " |",
              "|---|---|---|" + "---|" * len(TERMS)]
     for row in table.iter_rows(named=True):
-        terms = " | ".join(f"{row[t]:+.4f} ± {row[f'{t}_half']:.4f}" for t in TERMS)
+        terms = _terms(row)
         lines.append(f"| {row[axis]} | {row[COHORT]} | {row['seeds']} | {terms} |")
     return "\n".join(lines)
 
