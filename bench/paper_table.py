@@ -91,7 +91,7 @@ from scipy import stats
 from simfl.plots import save_figure
 from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule, plot_p90_by_round
 from simfl.runs.sweep import Sweep, SweepRun, is_complete, load_sweep
-from simfl.scenario import load_scenario
+from simfl.scenario import Scenario, load_scenario, to_dict
 from simfl.tables import error_by_round
 
 PAPER_SEEDS = 5
@@ -343,17 +343,20 @@ def main() -> None:
 
 def distinguish(labels: dict[str, str], scenarios: dict[str, dict]) -> dict[str, str]:
     """Labels (variant -> label) with the settings that tell apart variants sharing a
-    label (e.g. the same rule in two sweeps): ", model.l2 = 1e-06". Only settings
-    present in all their manifests count (a key added to simfl later is absent from
-    older manifests, not different)."""
+    label (e.g. the same rule in two sweeps): ", model.l2 = 1e-06". A key that an
+    older manifest lacks (added to simfl later) takes simfl's default there, so it
+    counts only where a run set it to something else (e.g. ``data.sources``)."""
     out = dict(labels)
+    defaults = _flatten(to_dict(Scenario()))
     for label in [name for name, count in Counter(labels.values()).items() if count > 1]:
         same = [variant for variant, name in labels.items() if name == label]
         flat = {variant: _flatten(scenarios[variant]) for variant in same}
-        keys = sorted(set.intersection(*(set(f) for f in flat.values())) - {"seed"})
-        differ = [k for k in keys if len({repr(flat[v][k]) for v in same}) > 1]
+        keys = set.union(*(set(f) for f in flat.values())) - {"seed"}
+        full = {v: {k: flat[v].get(k, defaults.get(k)) for k in keys} for v in same}
+        differ = sorted(k for k in keys
+                        if len({json.dumps(full[v][k], default=str) for v in same}) > 1)
         for variant in same:
-            out[variant] = label + "".join(f", {k} = {flat[variant][k]}" for k in differ)
+            out[variant] = label + "".join(f", {k} = {full[variant][k]}" for k in differ)
     return out
 
 

@@ -90,6 +90,13 @@ def test_rows_sharing_a_label_are_told_apart_by_the_settings_that_differ() -> No
                                            "fedavg": other})
     assert got == {"deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 0.0001",
                    "b/deltafl_0_5": "Δ-FL θ = 0.5, model.l2 = 1e-06", "fedavg": "FedAvg"}
+    # a key the older manifest lacks counts where a run set it away from its default
+    sourced = {**new, "data": {"sources": ["zshuai8/FedGMM_ICML2023@5a626c8"]}}
+    got = paper_table.distinguish(labels, {"deltafl_0_5": old, "b/deltafl_0_5": sourced,
+                                           "fedavg": other})
+    assert got["deltafl_0_5"] == "Δ-FL θ = 0.5, data.sources = (), model.l2 = 0.0001"
+    assert got["b/deltafl_0_5"] == ("Δ-FL θ = 0.5, data.sources = ['zshuai8/FedGMM_ICML2023"
+                                    "@5a626c8'], model.l2 = 1e-06")
 
 
 def test_wall_time_is_told_per_device_when_runs_ran_on_several() -> None:
