@@ -3,7 +3,7 @@
     python bench/paper_table.py scenarios/paper/linear.sweep.toml [--errors OUT.parquet]
         [--ecdf OUT.png] [--scatter OUT.png] [--plot-variants V ...] [--versus fedavg]
         [--also OTHER.sweep.toml] [--by-size N] [--window R] [--trajectory OUT.png]
-        [--seeds-for GAP] [--weighted] [--ratio A B C] [--results DIR ...]
+        [--seeds-for GAP] [--weighted] [--ratio A B C] [--seeds S ...] [--results DIR ...]
 
 Reads every complete run of the sweep (its manifest and final evaluation), from
 ``results/`` or else from the copies ``bench/archive_runs.py`` keeps in
@@ -47,6 +47,9 @@ With ``--seeds-for GAP`` it adds how many paired seeds a two-sided paired t-test
 0.05 would need to find a true difference of GAP points in the 90th percentile with
 probability 0.8, were the paired differences' standard deviation the one these seeds
 show: a planning figure, as uncertain as a standard deviation from two or three seeds.
+``--seeds S ...`` keeps only those seeds' runs: a registered first look at
+seeds 0–2 recomputes after its second look's runs have joined the sweep.
+
 ``--also`` adds the runs of another sweep of the same model (e.g. the baselines); a
 variant whose name an earlier sweep already has is called ``<its sweep's name>/<variant>``
 (``--versus paper_linear_batch32/fedavg``), so two protocols' runs are never pooled.
@@ -251,6 +254,9 @@ def main() -> None:
                         help="(A - C) / (B - C) of the paired mean differences, with Fieller's "
                              "95%% interval (repeatable)")
     parser.add_argument("--also", action="append", default=[], help="another sweep's runs too")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="only these seeds' runs (e.g. a registered first look at fewer "
+                             "seeds than the sweeps now have)")
     parser.add_argument("--results", action="append", type=Path,
                         help="where run directories are, in order of preference (repeatable; "
                              "default: results, then docs/runs, bench/archive_runs.py's copies)")
@@ -264,6 +270,8 @@ def main() -> None:
     rows, errors, trajectories, windows = [], [], [], []
     scenarios: dict[str, dict] = {}  # variant -> the scenario of its first complete run
     for key, run in runs:
+        if args.seeds is not None and run.params["seed"] not in args.seeds:
+            continue
         # A sweep's run directory is <results>/<sweep name>/<run id>: look in every place.
         run_dir = next((d / run.run_dir.parent.name / run.run_id for d in places
                         if is_complete(d / run.run_dir.parent.name / run.run_id)), None)

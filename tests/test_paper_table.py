@@ -418,6 +418,40 @@ def test_the_paper_table_gives_interval_verdict_and_holm(
     assert "| FedAvg, sample-weighted | 9 |" in out
 
 
+# The registered causes' shift rows in docs/reproduction.md: (the row's first cell, the
+# tested sweep, the seeds of that look).
+CAUSE_ROWS = [
+    ("**shift, paired by seed (> 100 minus ≥ 100), seeds 0–4**", "linear_pool101", None),
+    ("the same at the first look, seeds 0–2", "linear_pool101", [0, 1, 2]),
+    ("C4: main source, > 100 samples, minus the protocol", "linear_pool_source", [0, 1, 2]),
+    ("C5: γ0 = 0.3 minus γ0 = 1.0", "linear_lr_chosen", [0, 1, 2]),
+]
+
+
+@pytest.mark.parametrize(("row", "sweep", "seeds"), CAUSE_ROWS)
+@pytest.mark.slow
+def test_the_causes_shifts_in_reproduction_md_are_the_kept_runs(row: str, sweep: str,
+                                                                 seeds: list[int] | None) -> None:
+    """Each cause's shift on the page (FedAvg's and Δ-FL θ = 0.5's test p90 at the tested
+    level minus the protocol's, paired by seed) is what bench/paper_table.py prints from
+    the kept runs, at the seeds of that look (``--seeds``)."""
+    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    page = next(cells(line) for line in lines if line.startswith(f"| {row} |"))
+    for column, (versus, rule) in enumerate((("fedavg", "FedAvg"),
+                                             ("deltafl_0_5", "Δ-FL θ = 0.5")), start=1):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+             "scenarios/paper/linear_history.sweep.toml", "--also",
+             f"scenarios/paper/{sweep}.sweep.toml", "--results", "docs/runs", "--versus",
+             versus, *(["--seeds", *map(str, seeds)] if seeds else [])],
+            cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        paired = out.split(f"Each rule minus {versus}")[1]
+        shift = next(c for c in map(cells, paired.splitlines())
+                     if len(c) > 2 and c[0].startswith(rule))
+        assert shift[1] == ", ".join(map(str, seeds or range(5))), shift
+        assert page[column].strip("*") == shift[2].replace("-", "−"), (row, shift)
+
+
 @pytest.mark.slow
 def test_the_ten_seed_answer_in_reproduction_md_is_the_kept_runs() -> None:
     """The ten-seed table of docs/reproduction.md (the filter against a random half) holds
