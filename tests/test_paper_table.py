@@ -425,6 +425,8 @@ CAUSE_ROWS = [
     ("the same at the first look, seeds 0–2", "linear_pool101", [0, 1, 2]),
     ("C4: main source, > 100 samples, minus the protocol", "linear_pool_source", [0, 1, 2]),
     ("C5: γ0 = 0.3 minus γ0 = 1.0", "linear_lr_chosen", [0, 1, 2]),
+    ("C4: main source, > 100 samples, minus the protocol, seeds 0–4", "linear_pool_source", None),
+    ("C5: γ0 = 0.3 minus γ0 = 1.0, seeds 0–4", "linear_lr_chosen", None),
 ]
 
 
