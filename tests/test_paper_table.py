@@ -430,6 +430,21 @@ CAUSE_ROWS = [
 ]
 
 
+def test_the_one_screen_causes_table_repeats_the_tested_rows() -> None:
+    """The one-screen table of the causes gives FedAvg's shift of each second look as
+    the detailed rows do (which the test below ties to the kept runs)."""
+    page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+            if line.startswith("| ")]
+
+    def row(first: str) -> list[str]:
+        return next(c for c in page if c[0] == first)
+
+    for summary, detail in (("C3 writers with > 100 samples", CAUSE_ROWS[0][0]),
+                            ("C4 main source copy only (and > 100)", CAUSE_ROWS[4][0]),
+                            ("C5 γ0 = 0.3 (tuned over 3000 rounds)", CAUSE_ROWS[5][0])):
+        assert row(summary)[1] == row(detail)[1].strip("*"), summary
+
+
 @pytest.mark.parametrize(("row", "sweep", "seeds"), CAUSE_ROWS)
 @pytest.mark.slow
 def test_the_causes_shifts_in_reproduction_md_are_the_kept_runs(row: str, sweep: str,
