@@ -445,6 +445,37 @@ def test_the_one_screen_causes_table_repeats_the_tested_rows() -> None:
         assert row(summary)[1] == row(detail)[1].strip("*"), summary
 
 
+@pytest.mark.slow
+def test_the_fedavg_sub_l2_check_in_reproduction_md_is_the_kept_runs() -> None:
+    """The ten-seed check against FedAvg-Sub at ℓ2 1e-5 on the page holds what
+    bench/paper_table.py prints from the kept runs, unweighted and sample-weighted."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+         "scenarios/paper/linear_ten_seeds_sub_l2.sweep.toml", "--results", "docs/runs",
+         "--versus", "fedavg_sub_l2_1e5", "--weighted", "--ratio", "fedavg_sub_l2_1e5",
+         "deltafl_0_5", "fedavg"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    paired, ratios = out.split("Each rule minus fedavg_sub_l2_1e5")[1].split("ratio [Fieller")
+    diffs = {c[0]: c[2].replace("-", "−") for c in map(cells, paired.splitlines()) if len(c) > 2}
+    fieller = {c[0]: c[3].replace("-", "−") for c in map(cells, ratios.splitlines())
+               if len(c) > 3}
+    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    start = lines.index("| 10 paired seeds (test p90, points; 95 % intervals) | unweighted "
+                        "| sample-weighted |")
+    page = {c[0].strip("*"): c[1:] for c in map(cells, lines[start + 2:start + 7])}
+    sub4 = "FedAvg-Sub (a random 0.5 of the cohort), model.l2 = 0.0001"
+    for label, rule in (("Δ-FL θ = 0.5 − FedAvg-Sub (ℓ2 1e-5)", "Δ-FL θ = 0.5"),
+                        ("FedAvg − FedAvg-Sub (ℓ2 1e-5)", "FedAvg"),
+                        ("FedAvg-Sub at 1e-4 − at 1e-5", sub4)):
+        for column, suffix in enumerate(("", ", sample-weighted")):
+            assert page[label][column].strip("*").startswith(diffs[rule + suffix]), label
+    ratio = "(FedAvg-Sub − FedAvg) / (Δ-FL − FedAvg), Fieller"
+    assert page[ratio] == [fieller["p90"], fieller["p90, sample-weighted"]]
+    one_screen = next(cells(line) for line in lines if line.startswith(
+        "| Linear, FedAvg-Sub at ℓ2 1e-5 (the tie's other side):"))
+    assert one_screen[1:3] == ["10", diffs["Δ-FL θ = 0.5"]]
+
+
 @pytest.mark.parametrize(("row", "sweep", "seeds"), CAUSE_ROWS)
 @pytest.mark.slow
 def test_the_causes_shifts_in_reproduction_md_are_the_kept_runs(row: str, sweep: str,
