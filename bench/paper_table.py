@@ -94,7 +94,7 @@ from scipy import stats
 from simfl.plots import save_figure
 from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule, plot_p90_by_round
 from simfl.runs.sweep import Sweep, SweepRun, is_complete, load_sweep
-from simfl.scenario import Scenario, load_scenario, to_dict
+from simfl.scenario import Scenario, flatten, load_scenario, to_dict
 from simfl.tables import error_by_round
 
 PAPER_SEEDS = 5
@@ -355,10 +355,10 @@ def distinguish(labels: dict[str, str], scenarios: dict[str, dict]) -> dict[str,
     older manifest lacks (added to simfl later) takes simfl's default there, so it
     counts only where a run set it to something else (e.g. ``data.sources``)."""
     out = dict(labels)
-    defaults = _flatten(to_dict(Scenario()))
+    defaults = dict(flatten(to_dict(Scenario())))
     for label in [name for name, count in Counter(labels.values()).items() if count > 1]:
         same = [variant for variant, name in labels.items() if name == label]
-        flat = {variant: _flatten(scenarios[variant]) for variant in same}
+        flat = {variant: dict(flatten(scenarios[variant])) for variant in same}
         keys = set.union(*(set(f) for f in flat.values())) - {"seed"}
         full = {v: {k: flat[v].get(k, defaults.get(k)) for k in keys} for v in same}
         differ = sorted(k for k in keys
@@ -366,17 +366,6 @@ def distinguish(labels: dict[str, str], scenarios: dict[str, dict]) -> dict[str,
         for variant in same:
             out[variant] = label + "".join(f", {k} = {full[variant][k]}" for k in differ)
     return out
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
-    """{"model": {"l2": 1e-6}} -> {"model.l2": 1e-6}."""
-    flat: dict[str, object] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def variant_keys(sweeps: list[Sweep]) -> list[tuple[str, SweepRun]]:
