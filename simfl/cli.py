@@ -648,6 +648,7 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
         for line in status_lines(sweep, args.archived):
             _say(line)
         return 0
+    from simfl.runs.sweep import is_complete
     from simfl.runs.sweep.execute import BUSY, finished, run_shard
 
     again = f"continue with: python -m simfl sweep {args.sweep}"
@@ -660,10 +661,11 @@ def _sweep(command: str, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"simfl: sweep {sweep.name}: interrupted; {again}", file=sys.stderr)
         return 130
-    busy = sum(s == BUSY for s in statuses.values())
+    busy = sum(statuses.get(run.run_id) == BUSY and not is_complete(run.run_dir)
+               for run in sweep.runs)  # left to another process and still not complete
     if busy:
-        _say(f"{sweep.name}: {busy} runs left to the other processes working on them "
-             f"(python -m simfl sweep {args.sweep} --status)")
+        _say(f"{sweep.name}: {busy} run{'s' * (busy > 1)} left to the other processes "
+             f"working on them (python -m simfl sweep {args.sweep} --status)")
     return 0 if finished(statuses) else 1
 
 
