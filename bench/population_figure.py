@@ -6,7 +6,7 @@ the burn-in, the causes counted from what Δ-FL's objective prescribes (as
 
     python -m simfl collect scenarios/study/population_size.sweep.toml --results docs/runs
     python bench/population_figure.py docs/runs/population_size \
-        [--axis num_clients] [--figure docs/figures/population_size.png]
+        [--axis num_clients] [--figure docs/figures/population_size.png] [--at-most 1e5]
 
 Prints the table (markdown), then each term's change per tenfold population (the slope of
 the runs' values on log10 N, a row per K, with 95 % t-intervals: does a term depend on
@@ -165,10 +165,18 @@ def main() -> None:
                                                      "after collect")
     parser.add_argument("--axis", default="num_clients", help="the population-size axis")
     parser.add_argument("--figure", type=Path, help="write the figure here (PNG)")
+    parser.add_argument("--at-most", type=float, metavar="N",
+                        help="only the runs whose population is at most N (a smaller "
+                             "study's range within a larger sweep)")
     args = parser.parse_args()
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
     if args.axis not in bias.columns:
         parser.error(f"--axis: {args.axis} is not an axis of {args.sweep_dir}")
+    if args.at_most is not None:
+        bias = bias.filter(pl.col(args.axis) <= args.at_most)
+        if bias[args.axis].n_unique() < 2:
+            parser.error(f"--at-most {args.at_most:g}: fewer than two population sizes "
+                         f"left, so no change per decade to fit")
     table = cells(bias, args.axis)
     print(markdown(table, args.axis))
     print(f"\nChange per tenfold {args.axis} (least squares on log10, 95 % t-interval):\n")

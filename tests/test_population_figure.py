@@ -61,6 +61,27 @@ def test_the_script_prints_the_table_and_draws_the_figure(tmp_path: Path) -> Non
     assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
+def test_at_most_leaves_out_the_larger_populations(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """--at-most 1000 drops N = 10000 (availability 9 there): the table stops at 1000 and
+    the availability slope is the two smaller sizes' (0.01 at 100, -0.01 at 1000)."""
+    big = [row(10000, 20, seed, "cohort_exact", rnd, 0.002, 9.0)
+           for seed in range(3) for rnd in range(5)]
+    pl.concat([table(), pl.DataFrame(big)]).write_parquet(tmp_path / "bias.parquet")
+    module = bench_module("population_figure")
+    monkeypatch.setattr("sys.argv", ["population_figure.py", str(tmp_path), "--at-most", "1e3"])
+    module.main()
+    out = capsys.readouterr().out
+    assert "| 1000 | 20 | 3 |" in out and "| 10000 |" not in out
+    assert "| 20 | 6 | " in out and "-0.0200 ± " in out
+    monkeypatch.setattr("sys.argv", ["population_figure.py", str(tmp_path), "--at-most", "500"])
+    with pytest.raises(SystemExit) as stop:
+        module.main()
+    assert stop.value.code == 2
+    assert "--at-most 500: fewer than two population sizes" in capsys.readouterr().err
+
+
 def test_one_seed_has_a_mean_and_no_interval() -> None:
     module = bench_module("population_figure")
     cells = module.cells(table().filter(pl.col("seed") == 1), "num_clients")
