@@ -86,10 +86,13 @@ class Run:
         return tail_vs_bytes(self.eval, self.rounds, split)
 
     def plot(self) -> list[Path]:
-        """Draw the run's figures into its plots/ folder; return their paths."""
+        """Draw the run's figures into its plots/ folder, as ``python -m simfl plot`` does
+        (its threshold estimates and bias by cause too, where it logged them); return
+        their paths."""
         from simfl.plots.runs import plot_run  # matplotlib only when figures are drawn
+        from simfl.plots.study import plot_run_bias
 
-        return plot_run(self.path, report=None)
+        return [*plot_run(self.path, report=None), *plot_run_bias(self.path)]
 
 
 def open_run(path: str | Path) -> Run:

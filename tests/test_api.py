@@ -33,6 +33,7 @@ def test_every_example_of_the_api_page_runs_outside_the_package(tmp_path: Path) 
     assert run.status == "complete" and run.manifest["peak_rss_mb"] > 50
     assert run.devices["client_idx"].to_list() == list(range(30))  # half of 60 train
     assert (run.path / "plots" / "p90_vs_bytes.png").is_file()
+    assert (run.path / "plots" / "threshold_estimates.png").is_file()  # as `simfl plot` draws
 
 
 def test_importing_simfl_loads_no_torch() -> None:
