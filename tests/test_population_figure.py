@@ -3,6 +3,7 @@ t-intervals of the driving estimator's terms, counted as the objective prescribe
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +126,40 @@ def test_cohort_difference_pairs_runs_by_population_and_seed() -> None:
         stats.t.ppf(0.975, 5) * sd / 6**0.5)
     assert diff["availability_bias"][0] == pytest.approx(0.0, abs=1e-12)
     assert "| 20 − 100 | 6 | " in module.difference_markdown(diff)
+
+
+PAGE = Path(__file__).parents[1] / "docs" / "population_size.md"
+KEPT = Path(__file__).parents[1] / "docs" / "runs"
+
+
+@pytest.mark.parametrize("sweep", ["population_size", "population_size_habits"])
+def test_the_page_s_tables_are_the_kept_runs(sweep: str) -> None:
+    """Every row of the three tables the script prints from docs/runs/<sweep> (cells,
+    slopes per decade, K − K′) stands in docs/population_size.md as printed (minus signs
+    typeset)."""
+    module = bench_module("population_figure")
+    bias = pl.read_parquet(KEPT / sweep / "bias.parquet")
+    axis = "num_clients"
+    printed = "\n".join([module.markdown(module.cells(bias, axis), axis),
+                         module.slope_markdown(module.slopes(bias, axis)),
+                         module.difference_markdown(module.cohort_difference(bias, axis))])
+    rows = [line for line in printed.splitlines()
+            if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) >= 6 + 2 + 1
+    page = PAGE.read_text()
+    for line in rows:
+        assert re.sub(r"-(\d)", r"−\1", line) in page, line
+
+
+def test_the_10_3_to_10_5_slopes_the_page_compares_are_the_kept_runs() -> None:
+    """The edition-two slopes over N ≤ 10⁵ that the habits section compares with
+    (``--at-most 1.1e5``) and H1's 0.0054."""
+    module = bench_module("population_figure")
+    bias = pl.read_parquet(KEPT / "population_size" / "bias.parquet")
+    bias = bias.filter(pl.col("num_clients") <= 1.1e5)
+    slopes = module.slope_markdown(module.slopes(bias, "num_clients"))
+    difference = module.difference_markdown(module.cohort_difference(bias, "num_clients"))
+    page = PAGE.read_text()
+    for cited in ("+0.0040 ± 0.0029", "+0.0037 ± 0.0023"):
+        assert cited in slopes and cited in page
+    assert "+0.0054 ± 0.0032" in difference and "0.0054" in page
