@@ -1,0 +1,128 @@
+"""docs/async.md's tables: per run, the final test error, the simulated time and bytes of
+the whole run, how many distinct devices were ever aggregated, and when the run first
+reached each test-p90 level (the first evaluation at or below it: its simulated time,
+server updates and bytes down + up, as simfl.plots.runs.reach_level).
+
+    python bench/async_table.py results/async_check/{sync,async}_{fedavg,deltafl} \
+        --levels 0.55 0.50 [--keep docs/runs/async_check]
+    python bench/async_table.py results/async_check/small_* --levels 0.65 0.60 --gb-digits 2
+    python bench/async_table.py docs/runs/async_check/sync_fedavg ...  # the kept evidence
+
+``--keep DIR`` copies what the table reads into ``DIR/<run folder name>/``, tens of KB a
+run: ``manifest.json``, ``rounds.parquet``, ``eval_rounds.parquet`` (each evaluation's
+mean and p90 per split, simfl.tables.error_by_round) and ``aggregated.parquet`` (the
+distinct devices aggregated); the script reads such a folder as it reads a run. A folder
+there is only replaced when it holds nothing else. A time of an hour or more is written in
+hours (one decimal), a shorter one in whole seconds; bytes in GB (10⁹) with
+``--gb-digits`` decimals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from simfl.rundir import MANIFEST
+from simfl.tables import cumulative_bytes, error_by_round
+
+KEPT = (MANIFEST, "rounds.parquet", "eval_rounds.parquet", "aggregated.parquet")
+
+
+def evidence(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+    """A run's manifest and the three tables the row needs, from a run directory or from
+    a folder ``--keep`` wrote."""
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    if (run_dir / "eval_rounds.parquet").is_file():
+        return manifest, {t: pl.read_parquet(run_dir / f"{t}.parquet")
+                          for t in ("rounds", "eval_rounds", "aggregated")}
+    clients = pl.read_parquet(run_dir / "clients.parquet", columns=["client_idx", "status"])
+    aggregated = (clients.filter(pl.col("status") == "aggregated")
+                  .select("client_idx").unique().sort("client_idx"))
+    return manifest, {"rounds": pl.read_parquet(run_dir / "rounds.parquet"),
+                      "eval_rounds": error_by_round(pl.read_parquet(run_dir / "eval.parquet")),
+                      "aggregated": aggregated}
+
+
+def first_at(eval_rounds: pl.DataFrame, rounds: pl.DataFrame,
+             level: float) -> dict[str, Any] | None:
+    """The first test evaluation with p90 ≤ ``level``: t_s, round and bytes_cum (the
+    bytes of the rounds before it), or None (simfl.plots.runs.time_to_level, from the
+    per-evaluation summary)."""
+    test = (eval_rounds.filter(pl.col("split") == "test")
+            .join(cumulative_bytes(rounds), on="round", how="left")
+            .filter(pl.col("p90") <= level).sort("round"))
+    return test.row(0, named=True) if test.height else None
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+def row(run_dir: Path, levels: list[float], gb_digits: int) -> list[str]:
+    """The table's cells for one run (its folder's name first)."""
+    manifest, tables = evidence(run_dir)
+    summary, rounds = manifest["summary"]["test"], tables["rounds"]
+    total = int((rounds["bytes_down"] + rounds["bytes_up"]).sum())
+    cells = [run_dir.name, f"{summary['p90']:.3f}", f"{summary['mean']:.3f}",
+             duration(rounds["t_end_s"].cast(pl.Float64).to_numpy().max()),
+             f"{total / 1e9:.{gb_digits}f} GB",
+             str(tables["aggregated"].height)]
+    for level in levels:
+        hit = first_at(tables["eval_rounds"], rounds, level)
+        cells.append("never" if hit is None else
+                     f"{duration(hit['t_s'])}, {hit['round']}, "
+                     f"{hit['bytes_cum'] / 1e9:.{gb_digits}f} GB")
+    return cells
+
+
+def keep(run_dir: Path, to: Path) -> None:
+    """Write ``run_dir``'s evidence into ``to/<its name>/``, each file written aside and
+    renamed, the manifest last."""
+    dest = to / run_dir.name
+    manifest, tables = evidence(run_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for table, frame in tables.items():
+        frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
+        (dest / f"{table}.parquet.tmp").replace(dest / f"{table}.parquet")
+    (dest / f"{MANIFEST}.tmp").write_text(json.dumps(manifest, indent=2) + "\n")
+    (dest / f"{MANIFEST}.tmp").replace(dest / MANIFEST)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", type=Path, nargs="+")
+    parser.add_argument("--levels", type=float, nargs="+", required=True,
+                        help="test p90 levels: when each run first reached them")
+    parser.add_argument("--gb-digits", type=int, default=1, help="decimals of the GB columns")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="copy what the table reads into DIR/<run folder name>/")
+    args = parser.parse_args()
+    for run_dir in args.run_dirs:  # every path checked before anything is written
+        manifest = run_dir / MANIFEST
+        if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != \
+                "complete":
+            parser.error(f"{run_dir}: not a complete run (no complete manifest.json)")
+        dest = (args.keep / run_dir.name) if args.keep else None
+        if dest is not None and dest.exists() and (
+                not dest.is_dir() or any(p.name not in KEPT for p in dest.iterdir())):
+            print(f"async_table: error: {dest}: holds what this script did not write; "
+                  "move it or choose another --keep", file=sys.stderr)
+            raise SystemExit(2)
+    header = ["run", "final test p90", "final mean", "simulated time", "total bytes",
+              "devices aggregated",
+              *(f"p90 ≤ {level:g}: time, updates, bytes" for level in args.levels)]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for run_dir in args.run_dirs:
+        print("| " + " | ".join(row(run_dir, args.levels, args.gb_digits)) + " |")
+        if args.keep:
+            keep(run_dir, args.keep)
+
+
+if __name__ == "__main__":
+    main()
