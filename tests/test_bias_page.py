@@ -19,11 +19,10 @@ import polars as pl
 import pytest
 
 from tests.bench_scripts import bench_module
+from tests.kept_runs import collected
 
 ROOT = Path(__file__).parents[1]
 PAGE = ROOT / "docs" / "bias.md"
-WEEK = ROOT / "docs" / "runs" / "habits_week"
-DRIVERS = ROOT / "docs" / "runs" / "habits_drivers"
 FIRST = "## Third edition: availability that differs device by device"
 NEXT = "## Edition two: availability tied to the data through regions"
 PAIRS = ("--paired", "poststrat,cohort_exact", "--paired", "poststrat_history,poststrat",
@@ -32,9 +31,16 @@ PAIRS = ("--paired", "poststrat,cohort_exact", "--paired", "poststrat_history,po
 THETA_PAIRS = ("--paired", "poststrat,cohort_exact", "--paired", "ipw_days,cohort_exact",
                "--paired", "poststrat_history,cohort_exact", "--paired", "ipw_known,cohort_exact")
 
-pytestmark = pytest.mark.skipif(
-    not (WEEK / "bias.parquet").is_file() or not (DRIVERS / "eval.parquet").is_file(),
-    reason="needs the kept runs docs/runs/habits_week and docs/runs/habits_drivers")
+
+
+def week() -> Path:
+    """docs/runs/habits_week's kept runs, collected (tests/kept_runs.py)."""
+    return collected("scenarios/study/habits_week.sweep.toml")
+
+
+def drivers() -> Path:
+    """docs/runs/habits_drivers's kept runs, collected (tests/kept_runs.py)."""
+    return collected("scenarios/study/habits_drivers.sweep.toml")
 
 
 @cache
@@ -94,7 +100,7 @@ def table(text: str, first: int = 0) -> tuple[list[str], list[list[str]]]:
 def terms(digits: int = 3) -> dict[tuple[str, ...], dict[str, str]]:
     """``bias_table.py habits_week --prescribed --online``: (variant, K, θ, estimator) ->
     column -> cell."""
-    header, rows = table(printed("bias_table", str(WEEK), "--prescribed", "--online",
+    header, rows = table(printed("bias_table", str(week()), "--prescribed", "--online",
                                  "--digits", str(digits)))
     return {tuple(row[:4]): dict(zip(header, row, strict=True)) for row in rows}
 
@@ -102,7 +108,7 @@ def terms(digits: int = 3) -> dict[tuple[str, ...], dict[str, str]]:
 def paired(pairs: tuple[str, ...], digits: int = 3) -> dict[tuple[str, ...], dict[str, str]]:
     """``bias_table.py habits_week --prescribed --pivot availability_bias PAIRS``:
     (variant, K, θ) -> "A − B" -> cell."""
-    header, rows = table(printed("bias_table", str(WEEK), "--prescribed", "--pivot",
+    header, rows = table(printed("bias_table", str(week()), "--prescribed", "--pivot",
                                  "availability_bias", *pairs, "--digits", str(digits)))
     return {tuple(row[:3]): dict(zip(header, row, strict=True)) for row in rows}
 
@@ -110,7 +116,7 @@ def paired(pairs: tuple[str, ...], digits: int = 3) -> dict[tuple[str, ...], dic
 def across_theta() -> dict[tuple[str, ...], dict[str, str]]:
     """``bias_table.py habits_week --prescribed --pivot availability_bias --across theta``:
     (variant, K, estimator) -> "theta θ" -> cell."""
-    header, rows = table(printed("bias_table", str(WEEK), "--prescribed", "--pivot",
+    header, rows = table(printed("bias_table", str(week()), "--prescribed", "--pivot",
                                  "availability_bias", "--across", "theta"))
     return {tuple(row[:3]): dict(zip(header, row, strict=True)) for row in rows}
 
@@ -170,7 +176,7 @@ def test_the_terms_table_is_the_kept_runs_at_k20_theta_05() -> None:
 def test_the_paired_table_is_the_kept_runs_at_k20_theta_05() -> None:
     """The section's paired command prints the page's paired table in its K = 20,
     θ = 0.5 rows, header included."""
-    out = printed("bias_table", str(WEEK), "--prescribed", "--pivot", "availability_bias",
+    out = printed("bias_table", str(week()), "--prescribed", "--pivot", "availability_bias",
                   *PAIRS, "--digits", "4")
     header, rows = table(out)
     assert header[:4] == ["variant", "clients_per_round", "theta", "seeds"]
@@ -310,7 +316,7 @@ def test_the_theta_paragraphs_are_the_kept_runs() -> None:
 
 def test_the_design_s_loss_reports_are_the_kept_runs() -> None:
     """K = 20 devices a round, 26 loss reports with over-selection (``--cohort-sizes``)."""
-    header, rows = table(printed("bias_table", str(WEEK), "--cohort-sizes"))
+    header, rows = table(printed("bias_table", str(week()), "--cohort-sizes"))
     most = {row[0]: row[header.index("loss reports (most)")] for row in rows}
     cited(f"K = 20 devices a round ({most['20']} loss reports with over-selection)")
 
@@ -322,7 +328,7 @@ LABELS = {"fedavg": "FedAvg", "cohort_exact": "Δ-FL, `cohort_exact`",
 def test_the_drivers_table_is_the_kept_runs() -> None:
     """``drivers_table.py habits_drivers --versus cohort_exact``: each driver's row, the
     page keeping the seeds, final test mean and p90, traffic and updates aggregated."""
-    header, rows = table(printed("drivers_table", str(DRIVERS), "--versus", "cohort_exact"))
+    header, rows = table(printed("drivers_table", str(drivers()), "--versus", "cohort_exact"))
     columns = ["seeds", "test mean", "test p90", "traffic (GB)", "updates aggregated / round"]
     want = [[LABELS[row[0]], *(row[header.index(c)] for c in columns)] for row in rows]
     page_header, page_rows = page_table("| driver | seeds | final test mean |")
@@ -357,21 +363,21 @@ def test_the_drivers_paired_differences_and_threshold_are_the_kept_runs() -> Non
     cited(f"lowers the tail relative to FedAvg by {p90:.2f} points [{lo90:.2f}, {hi90:.2f}] "
           f"at {-diff:+.2f} [{-hi:.2f}, {-lo:.2f}] points of mean error")
 
-    header, rows = table(printed("bias_table", str(DRIVERS), "--digits", "5"))
+    header, rows = table(printed("bias_table", str(drivers()), "--digits", "5"))
     assert header[:3] == ["variant", "estimator", "seeds"]
-    drivers = {row[1]: dict(zip(header, row, strict=True)) for row in rows}
-    theta = pl.read_parquet(DRIVERS / "bias.parquet", columns=["theta"])["theta"].unique()
+    by_driver = {row[1]: dict(zip(header, row, strict=True)) for row in rows}
+    theta = pl.read_parquet(drivers() / "bias.parquet", columns=["theta"])["theta"].unique()
     assert theta.to_list() == [0.5]
-    bias = {e: f"{value(drivers[e]['bias']):+.3f}" for e in ("cohort_exact", "ipw_days")}
+    bias = {e: f"{value(by_driver[e]['bias']):+.3f}" for e in ("cohort_exact", "ipw_days")}
     cited(f"the driving estimate's bias is {bias['cohort_exact']} nats with `cohort_exact` and "
           f"{bias['ipw_days']} with `ipw_days`")
-    kept = {e: 100 * (0.5 + value(drivers[e]["conformity − θ"]))
+    kept = {e: 100 * (0.5 + value(by_driver[e]["conformity − θ"]))
             for e in ("cohort_exact", "ipw_days")}
     cited(f"the filter keeps {kept['cohort_exact']:.1f} % and {kept['ipw_days']:.1f} % of "
           "the population's weight against the 50 % θ asks")
     cited(f"Why a {kept['cohort_exact'] - kept['ipw_days']:.1f}-point smaller over-inclusion")
 
-    runs = bench_module("drivers_table").per_run(DRIVERS)
+    runs = bench_module("drivers_table").per_run(drivers())
     gb = {v: float(runs.filter(pl.col("variant") == v)["gb"].mean())
           for v in ("cohort_exact", "ipw_days")}
     less = gb["cohort_exact"] - gb["ipw_days"]

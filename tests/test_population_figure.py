@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from tests.bench_scripts import bench_module
+from tests.kept_runs import collected
 
 
 def row(n: int, k: int, seed: int, estimator: str, rnd: int, sampling: float,
@@ -129,7 +130,8 @@ def test_cohort_difference_pairs_runs_by_population_and_seed() -> None:
 
 
 PAGE = Path(__file__).parents[1] / "docs" / "population_size.md"
-KEPT = Path(__file__).parents[1] / "docs" / "runs"
+SWEEPS = {"population_size": "scenarios/study/population_size.sweep.toml",
+          "population_size_habits": "scenarios/study/population_size_habits.sweep.toml"}
 
 
 @pytest.mark.parametrize("sweep", ["population_size", "population_size_habits"])
@@ -138,7 +140,7 @@ def test_the_page_s_tables_are_the_kept_runs(sweep: str) -> None:
     slopes per decade, K − K′) stands in docs/population_size.md as printed (minus signs
     typeset)."""
     module = bench_module("population_figure")
-    bias = pl.read_parquet(KEPT / sweep / "bias.parquet")
+    bias = pl.read_parquet(collected(SWEEPS[sweep]) / "bias.parquet")
     axis = "num_clients"
     printed = "\n".join([module.markdown(module.cells(bias, axis), axis),
                          module.slope_markdown(module.slopes(bias, axis)),
@@ -155,7 +157,7 @@ def test_the_10_3_to_10_5_slopes_the_page_compares_are_the_kept_runs() -> None:
     """The edition-two slopes over N ≤ 10⁵ that the habits section compares with
     (``--at-most 1.1e5``) and H1's 0.0054."""
     module = bench_module("population_figure")
-    bias = pl.read_parquet(KEPT / "population_size" / "bias.parquet")
+    bias = pl.read_parquet(collected(SWEEPS["population_size"]) / "bias.parquet")
     bias = bias.filter(pl.col("num_clients") <= 1.1e5)
     slopes = module.slope_markdown(module.slopes(bias, "num_clients"))
     difference = module.difference_markdown(module.cohort_difference(bias, "num_clients"))

@@ -41,7 +41,13 @@ imports at its top is torch-free (``sweep --status``, ``collect``, the bench scr
 """
 
 from simfl.rundir import COLLECT_MARK, SWEEP_FIGURES
-from simfl.runs.sweep.collection import COLLECTED_TABLES, collect, lacking, written_by_collect
+from simfl.runs.sweep.collection import (
+    COLLECTED_TABLES,
+    collect,
+    gathered,
+    lacking,
+    written_by_collect,
+)
 from simfl.runs.sweep.spec import (
     Sweep,
     SweepRun,
@@ -64,7 +70,8 @@ from simfl.runs.sweep.status import (
 )
 
 __all__ = ["COLLECTED_TABLES", "COLLECT_MARK", "SWEEP_FIGURES", "Sweep", "SweepRun",
-           "check_ray_fits", "collect", "is_complete", "kept_copy", "lacking", "load_sweep",
+           "check_ray_fits", "collect", "gathered", "is_complete", "kept_copy", "lacking",
+           "load_sweep",
            "load_tuning", "other_scenarios", "read_toml", "restarts", "run_statuses",
            "scenario_changes", "status_lines", "sweep_from_table", "sweep_progress",
            "toml_value", "written_by_collect"]

@@ -55,16 +55,22 @@ def collect(sweep: Sweep, tables: Sequence[str] = COLLECTED_TABLES) -> dict[str,
     for table in skipped:
         (sweep.out_dir / f"{table}.parquet").unlink(missing_ok=True)  # collect's own
     for table in (t for t in tables if t not in skipped):
-        frames = [pl.read_parquet(r.run_dir / f"{table}.parquet").with_columns(
-                      pl.lit(r.run_id).alias("run_id"),
-                      *(pl.lit(v).alias(k) for k, v in r.params.items()))
-                  for r in done]
-        # a run from before a column was added lacks it: null there
-        frame = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        frame = gathered(sweep, table)
         marked = frame.to_arrow().replace_schema_metadata(COLLECT_MARK)
         write_atomically(sweep.out_dir / f"{table}.parquet", partial(pq.write_table, marked))
         rows[table] = frame.height
     return rows
+
+
+def gathered(sweep: Sweep, table: str) -> pl.DataFrame:
+    """The complete runs' ``table`` concatenated, with the run id and the sweep's axes as
+    extra columns: what :func:`collect` writes (a column some run lacks, from before it
+    was added, is null there)."""
+    frames = [pl.read_parquet(r.run_dir / f"{table}.parquet").with_columns(
+                  pl.lit(r.run_id).alias("run_id"),
+                  *(pl.lit(v).alias(k) for k, v in r.params.items()))
+              for r in sweep.runs if is_complete(r.run_dir)]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
 def written_by_collect(path: Path) -> bool:
