@@ -3,6 +3,7 @@ t-intervals of the driving estimator's terms, counted as the objective prescribe
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -130,6 +131,7 @@ def test_cohort_difference_pairs_runs_by_population_and_seed() -> None:
 
 
 PAGE = Path(__file__).parents[1] / "docs" / "population_size.md"
+ROOT_RUNS = Path(__file__).parents[1] / "docs" / "runs"
 SWEEPS = {"population_size": "scenarios/study/population_size.sweep.toml",
           "population_size_habits": "scenarios/study/population_size_habits.sweep.toml"}
 
@@ -165,3 +167,25 @@ def test_the_10_3_to_10_5_slopes_the_page_compares_are_the_kept_runs() -> None:
     for cited in ("+0.0040 ± 0.0029", "+0.0037 ± 0.0023"):
         assert cited in slopes and cited in page
     assert "+0.0054 ± 0.0032" in difference and "0.0054" in page
+
+
+def test_the_page_s_costs_are_the_kept_manifests() -> None:
+    """The cost table's wall-time and peak-RSS ranges per N, and the habits runs' ranges,
+    are the kept runs' manifests (wall_s, peak_rss_mb), rounded to the unit."""
+    def ranges(sweep: str) -> dict[int, tuple[int, int, int, int, int]]:
+        per_n: dict[int, list[tuple[float, float]]] = {}
+        for manifest in (ROOT_RUNS / sweep).glob("*/manifest.json"):
+            m = json.loads(manifest.read_text())
+            n = m["scenario"]["data"]["synthetic"]["num_clients"]
+            per_n.setdefault(n, []).append((m["wall_s"], m["peak_rss_mb"]))
+        return {n: (len(v), round(min(w for w, _ in v)), round(max(w for w, _ in v)),
+                    round(min(p for _, p in v)), round(max(p for _, p in v)))
+                for n, v in per_n.items()}
+
+    page = " ".join(PAGE.read_text().split())
+    label = {1010: "10³", 10101: "10⁴", 101010: "10⁵", 1010101: "10⁶"}
+    for n, (runs, w0, w1, p0, p1) in ranges("population_size").items():
+        assert f"| {label[n]} | {runs} | {w0}–{w1} s | {p0}–{p1} MiB |" in page, n
+    habits = ranges("population_size_habits").values()
+    assert (f"Each took {min(r[1] for r in habits)}–{max(r[2] for r in habits)} s and "
+            f"peaked at {min(r[3] for r in habits)}–{max(r[4] for r in habits)} MiB") in page
