@@ -71,7 +71,6 @@ from simfl.runs.sweep.status import (
 
 __all__ = ["COLLECTED_TABLES", "COLLECT_MARK", "SWEEP_FIGURES", "Sweep", "SweepRun",
            "check_ray_fits", "collect", "gathered", "is_complete", "kept_copy", "lacking",
-           "load_sweep",
-           "load_tuning", "other_scenarios", "read_toml", "restarts", "run_statuses",
+           "load_sweep", "load_tuning", "other_scenarios", "read_toml", "restarts", "run_statuses",
            "scenario_changes", "status_lines", "sweep_from_table", "sweep_progress",
            "toml_value", "written_by_collect"]
