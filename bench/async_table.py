@@ -27,8 +27,9 @@ from typing import Any
 
 import polars as pl
 
+from simfl.plots.runs import first_at_level
 from simfl.rundir import MANIFEST
-from simfl.tables import cumulative_bytes, error_by_round
+from simfl.tables import error_by_round, summary_vs_bytes
 
 KEPT = (MANIFEST, "rounds.parquet", "eval_rounds.parquet", "aggregated.parquet")
 
@@ -50,13 +51,9 @@ def evidence(run_dir: Path) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
 
 def first_at(eval_rounds: pl.DataFrame, rounds: pl.DataFrame,
              level: float) -> dict[str, Any] | None:
-    """The first test evaluation with p90 ≤ ``level``: t_s, round and bytes_cum (the
-    bytes of the rounds before it), or None (simfl.plots.runs.time_to_level, from the
-    per-evaluation summary)."""
-    test = (eval_rounds.filter(pl.col("split") == "test")
-            .join(cumulative_bytes(rounds), on="round", how="left")
-            .filter(pl.col("p90") <= level).sort("round"))
-    return test.row(0, named=True) if test.height else None
+    """simfl.plots.runs.time_to_level from the per-evaluation summary: the first test
+    evaluation with p90 ≤ ``level`` (t_s, round, bytes_cum), or None."""
+    return first_at_level(summary_vs_bytes(eval_rounds, rounds), level)
 
 
 def duration(seconds: float) -> str:
@@ -65,26 +62,28 @@ def duration(seconds: float) -> str:
 
 def row(run_dir: Path, levels: list[float], gb_digits: int) -> list[str]:
     """The table's cells for one run (its folder's name first)."""
-    manifest, tables = evidence(run_dir)
+    return cells(run_dir.name, *evidence(run_dir), levels, gb_digits)
+
+
+def cells(name: str, manifest: dict[str, Any], tables: dict[str, pl.DataFrame],
+          levels: list[float], gb_digits: int) -> list[str]:
+    """:func:`row` from the run's :func:`evidence`."""
     summary, rounds = manifest["summary"]["test"], tables["rounds"]
     total = int((rounds["bytes_down"] + rounds["bytes_up"]).sum())
-    cells = [run_dir.name, f"{summary['p90']:.3f}", f"{summary['mean']:.3f}",
-             duration(rounds["t_end_s"].cast(pl.Float64).to_numpy().max()),
-             f"{total / 1e9:.{gb_digits}f} GB",
-             str(tables["aggregated"].height)]
+    out = [name, f"{summary['p90']:.3f}", f"{summary['mean']:.3f}",
+           duration(rounds["t_end_s"].cast(pl.Float64).to_numpy().max()),
+           f"{total / 1e9:.{gb_digits}f} GB", str(tables["aggregated"].height)]
     for level in levels:
         hit = first_at(tables["eval_rounds"], rounds, level)
-        cells.append("never" if hit is None else
-                     f"{duration(hit['t_s'])}, {hit['round']}, "
-                     f"{hit['bytes_cum'] / 1e9:.{gb_digits}f} GB")
-    return cells
+        out.append("never" if hit is None else
+                   f"{duration(hit['t_s'])}, {hit['round']}, "
+                   f"{hit['bytes_cum'] / 1e9:.{gb_digits}f} GB")
+    return out
 
 
-def keep(run_dir: Path, to: Path) -> None:
-    """Write ``run_dir``'s evidence into ``to/<its name>/``, each file written aside and
-    renamed, the manifest last."""
-    dest = to / run_dir.name
-    manifest, tables = evidence(run_dir)
+def keep(dest: Path, manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) -> None:
+    """Write a run's :func:`evidence` into ``dest``, each file written aside and renamed,
+    the manifest last."""
     dest.mkdir(parents=True, exist_ok=True)
     for table, frame in tables.items():
         frame.write_parquet(dest / f"{table}.parquet.tmp", compression="zstd")
@@ -119,9 +118,11 @@ def main() -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for run_dir in args.run_dirs:
-        print("| " + " | ".join(row(run_dir, args.levels, args.gb_digits)) + " |")
+        manifest, tables = evidence(run_dir)
+        print("| " + " | ".join(cells(run_dir.name, manifest, tables, args.levels,
+                                      args.gb_digits)) + " |")
         if args.keep:
-            keep(run_dir, args.keep)
+            keep(args.keep / run_dir.name, manifest, tables)
 
 
 if __name__ == "__main__":

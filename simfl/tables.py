@@ -63,5 +63,12 @@ def cumulative_bytes(rounds_df: pl.DataFrame) -> pl.DataFrame:
 def tail_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame,
                   split: str = "test") -> pl.DataFrame:
     """``split``'s summary per eval round joined with cumulative bytes (null when unknown)."""
-    test = error_by_round(eval_df).filter(pl.col("split") == split)
+    return summary_vs_bytes(error_by_round(eval_df), rounds_df, split)
+
+
+def summary_vs_bytes(summary: pl.DataFrame, rounds_df: pl.DataFrame,
+                     split: str = "test") -> pl.DataFrame:
+    """:func:`tail_vs_bytes` from the summary :func:`error_by_round` made of the
+    evaluations (a kept run may hold only that)."""
+    test = summary.filter(pl.col("split") == split)
     return test.join(cumulative_bytes(rounds_df), on="round", how="left").sort("round")

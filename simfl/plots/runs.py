@@ -34,10 +34,15 @@ def time_to_level(eval_df: pl.DataFrame, rounds_df: pl.DataFrame,
                   level: float) -> dict[str, float] | None:
     """The first evaluation whose test p90 error is <= ``level``: its simulated time (s),
     round (server update) and cumulative bytes down + up; None if no evaluation reaches it."""
-    table = tail_vs_bytes(eval_df, rounds_df).filter(pl.col("p90") <= level).sort("round")
-    if not table.height:
+    return first_at_level(tail_vs_bytes(eval_df, rounds_df), level)
+
+
+def first_at_level(table: pl.DataFrame, level: float) -> dict[str, float] | None:
+    """:func:`time_to_level` of a :func:`simfl.tables.tail_vs_bytes` table."""
+    reached = table.filter(pl.col("p90") <= level).sort("round")
+    if not reached.height:
         return None
-    row = table.row(0, named=True)
+    row = reached.row(0, named=True)
     return {"t_s": row["t_s"], "round": row["round"], "bytes_cum": row["bytes_cum"]}
 
 
