@@ -278,6 +278,8 @@ ESTIMATORS = Registry("estimators", [
     _own("poststrat_history", "simfl.quantile.panel:poststrat_history",
          reads=("poststrat_history",)),
     _own("ipw_known", "simfl.quantile.panel:ipw_known", (), _PROTOCOL),
+    # another estimator's η̂ moved by a known dose (a dose-response, not a server's)
+    _own("shifted", "simfl.quantile.dose:shifted", reads=("shifted",)),
 ])
 # habits: diurnal, each device with its own propensity, phase and session length
 AVAILABILITY = Registry("availability", [

@@ -98,6 +98,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("availability_bias", pa.float64()),
         ("selection_bias", pa.float64()),
         ("mc_draws", pa.int64()),  # random cohorts behind each expectation (0: none)
+        # the dose added to the estimator's threshold (simfl.quantile.dose; 0 for others)
+        ("offset_nats", pa.float64()),
+        ("level_shift", pa.float64()),
     ]),
     "availability": pa.schema([
         ("t_s", pa.float64()),  # start of the simulated hour

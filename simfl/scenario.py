@@ -210,6 +210,16 @@ class HistoryConfig:
 
 
 @dataclass(frozen=True)
+class ShiftedConfig:
+    """The dose of the ``shifted`` estimator (simfl/quantile/dose.py): its base's η̂ at
+    level (1 − θ) + level_shift, plus offset_nats."""
+
+    base: str = "cohort_exact"  # an estimator without memory across rounds
+    offset_nats: float = _f(0.0, (lambda v: -100 <= v <= 100, "must be in [-100, 100]"))
+    level_shift: float = _f(0.0, (lambda v: -1 <= v <= 1, "must be in [-1, 1]"))
+
+
+@dataclass(frozen=True)
 class EstimatorConfig:
     """How the server estimates the Δ-FL threshold (simfl/quantile/estimators.py)."""
 
@@ -233,6 +243,7 @@ class EstimatorConfig:
     tracking: TrackingConfig = _f(TrackingConfig)
     ipw: IPWConfig = _f(IPWConfig)
     poststrat_history: HistoryConfig = _f(HistoryConfig)  # strata of check-in rate
+    shifted: ShiftedConfig = _f(ShiftedConfig)  # the dose of a dose-response
     params: dict[str, Any] = _params()  # of the plug-in estimators, each takes those it names
 
 
@@ -539,7 +550,7 @@ def _check_server(scenario: Scenario, source: str) -> None:
 # for the server modes' keys.
 RULE_KEYS = ("theta", "mu", "q", "tilt", "lambda_step")
 ESTIMATOR_KEYS = ("secure_mm", "secure_bisection", "tracking", "ipw", "poststrat_history",
-                  "noise_std")
+                  "shifted", "noise_std")
 
 
 def _check_meaning(scenario: Scenario, source: str) -> None:
@@ -556,8 +567,9 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
             raise InputError(f"{source}: 'aggregator.{key}' = {getattr(agg, key)!r} has no "
                              f"meaning with 'aggregator.name' = {agg.name!r}")
     est, est_default = scenario.estimator, EstimatorConfig()
-    used = [plugins.ESTIMATORS.lookup(name, "estimator.name", source)
-            for name in (est.name, *est.shadow)]
+    names = (est.name, *est.shadow)
+    used = [plugins.ESTIMATORS.lookup(name, "estimator.name", source)  # shifted's base too
+            for name in (*names, *([est.shifted.base] if "shifted" in names else []))]
     for key in ESTIMATOR_KEYS:
         if (all(key not in (*p.keys, *p.reads) for p in used)
                 and getattr(est, key) != getattr(est_default, key)):

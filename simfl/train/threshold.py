@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from simfl.aggregate import Aggregator, Selection
+from simfl.quantile.dose import dose
 from simfl.quantile.estimators import Cohort
 from simfl.quantile.panel import EstimatorPanel
 from simfl.quantile.secagg import LOSS_REPORT
@@ -81,6 +82,8 @@ class PanelFilter:
         bias_round = self.bias_every and round_idx % self.bias_every == 0
         bias = self.panel.bias_columns(round_idx, cohort, estimates,
                                        population() if bias_round else None)
+        offsets, shifts = zip(*(dose(e) for e in self.panel.estimators), strict=True)
+        bias.update(offset_nats=np.array(offsets), level_shift=np.array(shifts))
         driver = estimates[self.panel.driver.name]
         selection = Selection(keep=cohort.losses >= driver.threshold,
                               threshold=driver.threshold, exchanges=driver.exchanges,
