@@ -217,6 +217,7 @@ class ShiftedConfig:
     base: str = "cohort_exact"  # an estimator without memory across rounds
     offset_nats: float = _f(0.0, (lambda v: -100 <= v <= 100, "must be in [-100, 100]"))
     level_shift: float = _f(0.0, (lambda v: -1 <= v <= 1, "must be in [-1, 1]"))
+    from_round: int = _f(0, NON_NEGATIVE)  # the rounds before it use the base's η̂ alone
 
 
 @dataclass(frozen=True)

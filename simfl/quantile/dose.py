@@ -9,7 +9,13 @@ returns by a known amount, in either or both of two units:
 - ``offset_nats`` c: the threshold the filter applies is the base's η̂ + c (a positive
   c keeps fewer devices).
 
-The filter then keeps F_k(w_t) ≥ η̂_base(1 − θ + δ) + c. Its row in ``bias.parquet``
+The filter then keeps F_k(w_t) ≥ η̂_base(1 − θ + δ) + c, from round ``from_round`` on
+(before it, the base's η̂ alone). A dose from round 0 can stop learning altogether: at
+the initial model every device's loss is about the same (FEMNIST's linear model: all
+within 0.1 nats of log 62 in a cohort of 20), so any positive offset of 0.1 nats or more
+filters out the whole cohort, the model never moves, and no later round keeps anyone.
+The counter of rounds is the estimator's state (the panel holds it, as ``tracking``'s).
+Its row in ``bias.parquet``
 carries that threshold as ``estimate`` and the dose in ``offset_nats`` and
 ``level_shift``, so its bias against Q_pop is the base's plus the dose. No server
 would run it: it exists to ask how large a threshold error must be before the tail
@@ -34,19 +40,28 @@ class Shifted:
     base: Estimator
     offset_nats: float = 0.0
     level_shift: float = 0.0
+    from_round: int = 0
     name: str = "shifted"
 
     @property
     def losses_in_clear(self) -> bool:
         return self.base.losses_in_clear
 
-    def level(self, level: float) -> float:
-        """The level the base estimates at: ``level`` + δ, within [0, 1]."""
-        return min(max(level + self.level_shift, 0.0), 1.0)
+    def init(self) -> int:
+        """The state: rounds estimated so far."""
+        return 0
 
-    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
-        made = self.base.estimate(cohort, self.level(level), rng)
-        return dataclasses.replace(made, threshold=made.threshold + self.offset_nats)
+    def dose(self, round_idx: int) -> tuple[float, float]:
+        """(offset, level shift) applied at round ``round_idx``."""
+        if round_idx < self.from_round:
+            return 0.0, 0.0
+        return self.offset_nats, self.level_shift
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator,
+                 state: int) -> Estimate:
+        offset, shift = self.dose(state)
+        made = self.base.estimate(cohort, min(max(level + shift, 0.0), 1.0), rng)
+        return dataclasses.replace(made, threshold=made.threshold + offset, state=state + 1)
 
 
 def shifted(ctx: EstimatorContext) -> Shifted:
@@ -59,11 +74,12 @@ def shifted(ctx: EstimatorContext) -> Shifted:
         raise InputError(f"'estimator.shifted.base' = {cfg.base!r} keeps state across "
                          f"rounds; shifted wraps an estimator without memory "
                          f"(cohort_exact, secure_mm, secure_bisection, ipw, ...)")
-    return Shifted(base, cfg.offset_nats, cfg.level_shift)
+    return Shifted(base, cfg.offset_nats, cfg.level_shift, cfg.from_round)
 
 
-def dose(estimator: object) -> tuple[float, float]:
-    """(offset_nats, level_shift) of an estimator: its dose, (0, 0) for any but shifted."""
+def dose(estimator: object, round_idx: int) -> tuple[float, float]:
+    """(offset_nats, level_shift) an estimator applies at ``round_idx``: (0, 0) for any
+    but shifted."""
     if isinstance(estimator, Shifted):
-        return estimator.offset_nats, estimator.level_shift
+        return estimator.dose(round_idx)
     return 0.0, 0.0

@@ -82,7 +82,7 @@ class PanelFilter:
         bias_round = self.bias_every and round_idx % self.bias_every == 0
         bias = self.panel.bias_columns(round_idx, cohort, estimates,
                                        population() if bias_round else None)
-        offsets, shifts = zip(*(dose(e) for e in self.panel.estimators), strict=True)
+        offsets, shifts = zip(*(dose(e, round_idx) for e in self.panel.estimators), strict=True)
         bias.update(offset_nats=np.array(offsets), level_shift=np.array(shifts))
         driver = estimates[self.panel.driver.name]
         selection = Selection(keep=cohort.losses >= driver.threshold,

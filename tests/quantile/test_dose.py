@@ -29,10 +29,18 @@ COHORT = Cohort(np.array([4.0, 1.0, 3.0, 2.0]), np.ones(4), np.arange(4), 0.0)
 ])
 def test_shifted_threshold_is_the_base_quantile_at_the_shifted_level_plus_the_offset(
         offset: float, shift: float, expected: float) -> None:
-    made = Shifted(CohortExact(), offset, shift).estimate(COHORT, 0.5, RNG)
+    made = Shifted(CohortExact(), offset, shift).estimate(COHORT, 0.5, RNG, 0)
     assert made.threshold == pytest.approx(expected, abs=1e-15)
-    assert dose(Shifted(CohortExact(), offset, shift)) == (offset, shift)
-    assert dose(CohortExact()) == (0.0, 0.0)
+    assert made.state == 1  # one round estimated
+    assert dose(Shifted(CohortExact(), offset, shift), 0) == (offset, shift)
+    assert dose(CohortExact(), 0) == (0.0, 0.0)
+
+
+def test_before_from_round_the_threshold_is_the_base_alone() -> None:
+    late = Shifted(CohortExact(), 0.5, 0.25, from_round=3)
+    assert [late.estimate(COHORT, 0.5, RNG, r).threshold for r in range(5)] == \
+        [2.0, 2.0, 2.0, 3.5, 3.5]
+    assert [dose(late, r) for r in (2, 3)] == [(0.0, 0.0), (0.5, 0.25)]
 
 
 def test_the_panel_builds_shifted_around_its_base_and_refuses_a_stateful_base() -> None:
@@ -62,6 +70,7 @@ shadow = ["cohort_exact"]
 bias_every = 2
 [estimator.shifted]
 offset_nats = 0.25
+from_round = 2
 [server]
 num_rounds = 6
 clients_per_round = 8
@@ -79,13 +88,16 @@ def test_a_run_filters_on_the_shifted_threshold_and_records_the_dose(tmp_path: P
     base = bias.filter(pl.col("estimator") == "cohort_exact").sort("round")
     assert driver["estimator"].unique().to_list() == ["shifted"]
     assert len(driver) == 6
-    np.testing.assert_allclose(driver["estimate"] - base["estimate"], 0.25, atol=1e-12)
-    assert driver["offset_nats"].to_list() == [0.25] * 6
+    # rounds 0 and 1 use cohort_exact's threshold, rounds 2 to 5 add the offset
+    np.testing.assert_allclose(driver["estimate"] - base["estimate"], [0.0] * 2 + [0.25] * 4,
+                               atol=1e-12)
+    assert driver["offset_nats"].to_list() == [0.0] * 2 + [0.25] * 4
     assert base["offset_nats"].to_list() == [0.0] * 6
     rounds = pl.read_parquet(tmp_path / "run" / "rounds.parquet").sort("round")
     assert rounds["quantile_estimate"].to_list() == driver["estimate"].to_list()
     bias_rounds = driver.filter(pl.col("oracle_quantile").is_not_null())
     # the bias carries the dose: shifted's is cohort_exact's plus the offset
+    assert bias_rounds["round"].to_list() == [0, 2, 4]
     np.testing.assert_allclose(
         bias_rounds["bias"] - base.filter(pl.col("oracle_quantile").is_not_null())["bias"],
-        0.25, atol=1e-12)
+        [0.0, 0.25, 0.25], atol=1e-12)
