@@ -52,9 +52,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from intervals import ci  # bench/intervals.py
 
 from simfl.plots.study import DECOMPOSITION, against_prescribed, bias_rows
+from simfl.study.intervals import ci
 
 COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
 

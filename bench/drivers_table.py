@@ -19,10 +19,10 @@ import argparse
 from pathlib import Path
 
 import polars as pl
-from intervals import ci  # bench/intervals.py
 
 from simfl.plots import save_figure
 from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
+from simfl.study.intervals import ci
 from simfl.tables import sent
 
 SECURE_KINDS = ("quantile_protocol", "secagg")

@@ -88,13 +88,21 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from intervals import Difference, equivalence, fieller, holm, paired, weighted_p90, welch
 from scipy import stats
 
 from simfl.plots import save_figure
 from simfl.plots.runs import plot_error_ecdf, plot_error_vs_size_by_rule, plot_p90_by_round
 from simfl.runs.sweep import Sweep, SweepRun, is_complete, load_sweep
 from simfl.scenario import Scenario, flatten, load_scenario, to_dict
+from simfl.study.intervals import (
+    Difference,
+    equivalence,
+    fieller,
+    holm,
+    paired,
+    weighted_p90,
+    welch,
+)
 from simfl.tables import error_by_round
 
 PAPER_SEEDS = 5

@@ -28,10 +28,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import seaborn as sns  # noqa: E402
-from intervals import paired  # noqa: E402  (bench/intervals.py)
 from scipy import stats  # noqa: E402
 
 from simfl.plots.study import DECOMPOSITION, against_prescribed, per_run_bias  # noqa: E402
+from simfl.study.intervals import paired  # noqa: E402
 
 TERMS = ("bias", *DECOMPOSITION)
 COHORT = "clients_per_round"

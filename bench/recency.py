@@ -54,12 +54,12 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from intervals import ci  # bench/intervals.py
 
 from simfl.quantile.estimators import Cohort, CohortExact
 from simfl.quantile.panel import EstimatorPanel
 from simfl.runs.run import run_scenario
 from simfl.scenario import load_scenario
+from simfl.study.intervals import ci
 
 BURN_IN = 0.2  # as bench/bias_table.py
 

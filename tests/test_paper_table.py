@@ -273,7 +273,8 @@ def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs(name: str,
 
 # The statistics of the reproduction table (bench/intervals.py), each against a hand
 # computation.
-intervals = bench_module("intervals")
+from simfl.study import intervals  # noqa: E402
+
 T_975_2 = 4.302652729749462  # scipy.stats.t.ppf(0.975, 2), the textbook 4.303
 
 

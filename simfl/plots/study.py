@@ -546,3 +546,34 @@ def plot_final_tail_vs_bytes(runs: pl.DataFrame) -> Figure:
            title="Tail error against communication, per driver (mean ± 1 sd over seeds)")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
+
+
+def plot_dose_response(table: pl.DataFrame) -> Figure:
+    """The dose-response (docs/dose_response.md): per outcome a panel of the paired
+    difference from the undosed run against the offset in nats, one line per θ, with
+    each point's 95 % t-interval and the ±0.5-point band of p90 (``table``:
+    :func:`simfl.study.dose.paired_table`, level shift 0; errors in percentage points)."""
+    outcomes = (("test_p90", "Δ test p90 (points)"), ("test_mean", "Δ test mean (points)"),
+                ("kept_share", "Δ kept share (points)"))
+    fig = Figure(figsize=(11.0, 3.6), layout="constrained")
+    with sns.axes_style("whitegrid"):
+        axes = fig.subplots(1, len(outcomes), sharex=True)
+    rows = table.filter(pl.col("level_shift") == 0)
+    for ax, (column, label) in zip(axes, outcomes, strict=True):
+        for (theta,), part in rows.sort("offset_nats").group_by(["theta"], maintain_order=True):
+            x = np.concatenate([[0.0], part["offset_nats"].to_numpy()])
+            y = 100 * np.concatenate([[0.0], part[column].to_numpy()])
+            low = 100 * np.concatenate([[0.0], part[f"{column}_low"].to_numpy()])
+            high = 100 * np.concatenate([[0.0], part[f"{column}_high"].to_numpy()])
+            order = np.argsort(x)
+            ax.errorbar(x[order], y[order], yerr=[(y - low)[order], (high - y)[order]],
+                        marker="o", capsize=3, label=f"θ = {theta:g}")
+        ax.axhline(0.0, color="0.3", lw=0.8)
+        if column == "test_p90":
+            ax.axhspan(-0.5, 0.5, color="0.85", zorder=0, label="±0.5 points")
+        ax.set_xlabel("threshold offset c (nats; 0: cohort_exact)")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize="small")
+    fig.suptitle("Paired difference from the undosed run, mean and 95 % interval over seeds",
+                 fontsize="medium")
+    return fig
