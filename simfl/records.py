@@ -77,6 +77,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # null: sent; else the shadowing estimator whose protocol would send it (not sent,
         # not in rounds.bytes_*; bias.parquet's protocol_bytes per device, as messages)
         ("shadow", pa.string()),
+        # false: cut short when its device went offline or failed (``bytes`` then counts
+        # what had arrived); null for a shadow message
+        ("completed", pa.bool_()),
     ]),
     "bias": pa.schema([
         ("round", pa.int64()),
@@ -197,6 +200,7 @@ class CommRows:
     t_start_s: Column | None
     t_end_s: Column | None
     shadow: str | None = None
+    completed: Column | None = None  # None: shadow messages (not sent)
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,13 @@ def test_typed_rows_write_what_the_columns_would(tmp_path: Path) -> None:
     typed, columns = Recorder(tmp_path / "typed"), Recorder(tmp_path / "columns")
     rows = CommRows(round=3, client_idx=np.array([4, 1]), direction=["down", "up"],
                     kind=["model", "update"], bytes=np.array([10, 20]),
-                    t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]))
+                    t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]),
+                    completed=np.array([True, False]))
     typed.write(rows)
     columns.append("comm", round=3, client_idx=np.array([4, 1]), direction=["down", "up"],
                    kind=["model", "update"], bytes=np.array([10, 20]),
-                   t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]), shadow=None)
+                   t_start_s=np.array([0.0, 1.5]), t_end_s=np.array([1.0, 2.5]), shadow=None,
+                   completed=np.array([True, False]))
     typed.merge()
     columns.merge()
     assert ((tmp_path / "typed" / "comm.parquet").read_bytes()
@@ -149,6 +151,8 @@ def _values(field: pa.Field, rounds: list[int], first: int) -> list[object]:
         return rounds
     if field.type == pa.string():
         return [f"row {i}" for i in index]
+    if field.type == pa.bool_():
+        return [i % 2 == 0 for i in index]
     return [float(i) for i in index] if pa.types.is_floating(field.type) else index
 
 

@@ -24,8 +24,9 @@ FedAvg's step.
 The numerics stay batched: the devices that started from one model version are
 trained in one call when the first of them arrives (those certain to leave
 before their compute ends are skipped), from the kept version. A device that
-goes offline or fails before its upload ends ("dropped") never contributes; it
-holds its slot until its task would have ended (the server's timeout). Tasks
+goes offline or fails before its upload ends ("dropped") never contributes: its
+task is interrupted then (simfl.sim.tasks.interrupt_at), its transfer in flight
+cancelled, and its slot freed (the server sees the connection close). Tasks
 that end after the last server update are "late". ``rounds.parquet`` gets one
 row per server update, ``clients.parquet`` one per task, in the update interval
 in which it ended.
@@ -56,11 +57,11 @@ from simfl.sim.tasks import (
     client_rows,
     comm_rows,
     device_task,
+    interrupt_at,
     leave_times,
+    next_switch_on_s,
     shadow_rows,
 )
-
-LATER = simpy.events.EventPriority(simpy.events.NORMAL + 1)  # after the normal events of an instant
 
 
 class AsyncLearnerLike(LearnerLike, Protocol):
@@ -87,17 +88,6 @@ def staleness_weight(cfg: ServerConfig, staleness: np.ndarray) -> np.ndarray:
     return np.ones_like(tau)
 
 
-class _Later(simpy.Event):
-    """Succeeds now, after every event of this instant at normal priority (also those they
-    schedule now): built as simpy's own Timeout is, at a lower priority."""
-
-    def __init__(self, env: simpy.Environment) -> None:
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, LATER)
-
-
 @dataclass(eq=False)
 class _Task:
     """One device's download, compute and upload from one model version."""
@@ -116,9 +106,12 @@ class _Task:
 
 
 class _Slots:
-    """Keeps ``concurrency`` devices in tasks: whenever slots are free, one draw of idle
-    online devices that have not started from this model version (after every other event
-    of the instant); while too few are online, a look again every ``wait_poll_s``."""
+    """Keeps ``concurrency`` devices in tasks: a dispatcher process that, whenever a draw
+    is wanted (a slot freed, a device came online, the model moved on), lets every other
+    event of that instant happen, then fills the free slots with one draw of idle online
+    devices that have not started from this model version. While too few are found, it
+    is woken the instant the next device comes online (simfl.sim.tasks.next_switch_on_s),
+    or ``server.max_wait_s`` after the server went idle (check_wait then says why)."""
 
     def __init__(self, wiring: Wiring, cfg: ServerConfig, learner: AsyncLearnerLike,
                  start: Callable[[int, float], None]) -> None:
@@ -133,12 +126,22 @@ class _Slots:
         self.num_dispatched = 0  # since the last server update
         self.num_draws = 0  # device draws at this version
         self.t_idle_s = 0.0  # since when no task has been in flight
-        self.refill_due = self.poll_due = False
+        self.wanted = self.env.event()  # succeeds when a draw is due
+        self.wake_at_s = math.inf  # the pending wake for devices coming online
+        self.env.process(self._dispatch())
 
     def schedule_refill(self) -> None:
-        if not self.refill_due:
-            self.refill_due = True
-            _Later(self.env).callbacks.append(self._refill)
+        """A draw is due (several asks before it happens make one draw)."""
+        if not self.wanted.triggered:
+            self.wanted.succeed()
+
+    def _dispatch(self) -> Generator[simpy.Event, Any, None]:
+        while True:
+            yield self.wanted
+            while self.env.peek() <= self.env.now:  # every other event of this instant first
+                yield self.env.timeout(0)
+            self.wanted = self.env.event()
+            self._refill()
 
     def task_ended(self, device: int) -> None:
         self.busy[device] = False
@@ -153,9 +156,8 @@ class _Slots:
         self.started[:] = False
         return dispatched
 
-    def _refill(self, _event: simpy.Event | None = None) -> None:
+    def _refill(self) -> None:
         """Fill the free slots with idle online devices, in one draw."""
-        self.refill_due = False
         free = self.concurrency - self.in_flight
         if self.version >= self.cfg.num_rounds or free <= 0:
             return
@@ -176,18 +178,24 @@ class _Slots:
             self.num_dispatched += 1
             self.start(device, leave_s)
         if len(devices) < free:
-            self._poll()
+            self._wake()
 
-    def _poll(self) -> None:
-        """Look again in ``wait_poll_s`` for idle online devices."""
-        if self.poll_due:
-            return
-        self.poll_due = True
-        self.env.timeout(self.cfg.wait_poll_s).callbacks.append(self._polled)
+    def _wake(self) -> None:
+        """Draw again when the next device comes online, or ``max_wait_s`` after the server
+        went idle (a task's end asks for a draw anyway)."""
+        now = self.env.now
+        wake_s = next_switch_on_s(self.wiring.fleet.availability, now)
+        if self.in_flight == 0:
+            wake_s = min(wake_s, self.t_idle_s + self.cfg.max_wait_s)
+        if wake_s >= self.wake_at_s or math.isinf(wake_s):
+            return  # an earlier wake is pending (or nothing will change)
+        self.wake_at_s = wake_s
+        self.env.timeout(wake_s - now).callbacks.append(self._woken)
 
-    def _polled(self, _event: simpy.Event) -> None:
-        self.poll_due = False
-        self.schedule_refill()  # after the other events of this instant, as every draw
+    def _woken(self, _event: simpy.Event) -> None:
+        if self.env.now >= self.wake_at_s:
+            self.wake_at_s = math.inf
+        self.schedule_refill()
 
 
 class _Untrained:
@@ -256,13 +264,18 @@ class _AsyncServer:
         self.env.process(self._run(task))
 
     def _run(self, task: _Task) -> Generator[simpy.Event, Any, None]:
-        yield from device_task(task.log, task.device, self.plan[task.device])
+        interrupt_at(self.env, task.gone_at_s)
+        left = False
+        try:
+            yield from device_task(task.log, task.device, self.plan[task.device])
+        except simpy.Interrupt:
+            left = True
         now = self.env.now
         task.t_done_s, task.staleness = now, self.version - task.version
         self.slots.task_ended(task.device)
         self.ended.append(task)
-        if now > task.gone_at_s:
-            task.status, task.t_done_s = "dropped", task.gone_at_s
+        if left:
+            task.status = "dropped"
             self.untrained.abandon(task, self.version)
         elif self.version >= self.cfg.num_rounds:
             task.status = "late"

@@ -16,6 +16,10 @@ one pending SimPy timeout stands for the earliest (stale ones are ignored), so a
 transfer costs O(log K) and a few SimPy events (its latency, its completion, at most
 one timer per start or end), not one per tick.
 
+A transfer can be cancelled (its device went offline): it leaves its links at that
+instant, the others' rates are recomputed as for an end, and :meth:`LinkSharing.cancel`
+says how many of its bytes had arrived.
+
 SimPy, numpy and networkx only: never torch.
 """
 
@@ -76,10 +80,12 @@ class _Flow:
     path_id: int  # 2 * region + direction index
     remaining_bytes: float  # as of t_update_s (free transfers only)
     done: simpy.Event
+    total_bytes: float = 0.0
     rate: float = 0.0  # bytes/s since t_update_s (free transfers: the cap)
     t_update_s: float = 0.0
     version: int = 0  # bumped when the heap entry goes stale
     row: int = -1  # row in the constrained arrays, -1 when free
+    started: bool = False  # past its latency: on its links
 
 
 class _Constrained:
@@ -244,6 +250,7 @@ class LinkSharing:
         self._constrained = _Constrained()
         self._timer: simpy.Event | None = None
         self._timer_at_s = math.inf
+        self._flows: dict[simpy.Event, _Flow] = {}  # by ``done``: every transfer not ended
         self.num_active = 0
 
     def transfer(self, device_idx: int, num_bytes: float, direction: Direction) -> simpy.Event:
@@ -256,7 +263,9 @@ class LinkSharing:
         flow = _Flow(cap=paths.access_bytes_per_s[direction].item(device_idx),
                      links=paths.region_links[direction][region],
                      path_id=2 * region + (direction == "up"),
-                     remaining_bytes=float(num_bytes), done=done)
+                     remaining_bytes=float(num_bytes), done=done,
+                     total_bytes=float(num_bytes))
+        self._flows[done] = flow
         latency_s = (paths.access_latency_s.item(device_idx)
                      + self._region_latency_s[direction][region])
         if latency_s > 0:
@@ -265,9 +274,39 @@ class LinkSharing:
             self._begin(flow)
         return done
 
+    def cancel(self, done: simpy.Event) -> float:
+        """End the transfer whose event is ``done`` now, before it arrived; returns the
+        bytes that had arrived. Its links are released at once (the other transfers'
+        rates recomputed as when one ends); ``done`` never succeeds. A transfer still in
+        its latency has sent nothing and never starts."""
+        flow = self._flows.pop(done)
+        if not flow.started:
+            flow.remaining_bytes = -math.inf  # _begin skips it
+            return 0.0
+        now = self._env.now
+        if self._constrained.flows:
+            self._constrained.sync(now)
+        constrained = flow.row >= 0
+        if constrained:
+            remaining = self._constrained.remove(flow)
+        else:
+            remaining = max(flow.remaining_bytes - flow.rate * (now - flow.t_update_s), 0.0)
+        flow.version += 1  # its heap entry, if any, goes stale
+        self.num_active -= 1
+        _, relieved = self._load.change(flow, -1.0)
+        self._release(relieved)
+        if constrained or relieved:
+            self._refill()
+        self._arm_timer()
+        return flow.total_bytes - remaining
+
     def _begin(self, flow: _Flow) -> None:
         now = self._env.now
+        if flow.remaining_bytes == -math.inf:
+            return  # cancelled during its latency
+        flow.started = True
         if flow.remaining_bytes <= 0:
+            del self._flows[flow.done]
             flow.done.succeed(now)
             return
         flow.t_update_s = now
@@ -336,5 +375,6 @@ class LinkSharing:
         if refill:
             self._refill()
         for flow in due:
+            del self._flows[flow.done]
             flow.done.succeed(now)
         self._arm_timer()

@@ -5,7 +5,9 @@ SimPy owns the clock; this module decides who takes part and when, and asks a
 imports torch. A round:
 
 1. waits until at least ``min_online`` devices are online (the wait counts in the
-   round's duration), then selects
+   round's duration; it ends at the instant they are, computed from the availability
+   intervals, or when a busy device is freed: simfl.sim.tasks.wait_for_devices), then
+   selects
    ``clients_per_round × (1 + over_selection)`` of the devices online now and idle;
 2. each downloads the model over its network path (simfl.sim.links); if the
    rule needs losses, computes F_k(w_t) on its data and uploads it;
@@ -16,8 +18,10 @@ imports torch. A round:
    that arrived are aggregated.
 
 A device that goes offline (availability) or fails (hazard per hour of
-participation) before its task ends loses its work ("dropped"); one that
-finishes after the round closed is "late". The numerics run once per phase
+participation) before its task ends loses its work ("dropped"): its task is
+interrupted at that instant, its transfer in flight cancelled and its link share
+released (simfl.sim.tasks.interrupt_at); one that finishes after the round
+closed is "late". The numerics run once per phase
 for the whole cohort, from the model version the devices downloaded. A round's
 rows are written once all of its devices are done (stragglers keep their
 links busy after the round closed), so every message is logged.
@@ -50,8 +54,10 @@ from simfl.sim.tasks import (
     client_rows,
     comm_rows,
     device_task,
+    interrupt_at,
     leave_times,
     shadow_rows,
+    wait_for_devices,
 )
 
 
@@ -94,7 +100,7 @@ class LearnerLike(ClientFacts, Protocol):
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Server:
     """One synchronous server: what it runs in, its configuration, the numerics, and which
     devices are in a task (set as a task starts, freed as it ends)."""
@@ -103,6 +109,7 @@ class _Server:
     cfg: ServerConfig
     learner: LearnerLike
     busy: np.ndarray  # (N,) bool
+    freed: simpy.Event | None = None  # while the server waits for devices: a task ended
 
 
 @dataclass(kw_only=True)
@@ -121,6 +128,7 @@ class _Round:
     t_done_s: np.ndarray  # (K,) when the device finished (or left)
     reported: np.ndarray  # (K,) bool: the device's F_k(w_t) is in ``loss``
     trained: np.ndarray  # (K,) bool: the device was sent to train (``train_loss`` is its)
+    left: np.ndarray  # (K,) bool: its task was interrupted (the device went offline or failed)
     tasks: list[simpy.Process] = field(default_factory=list)  # every device process
     threshold: float | None = None
     num_kept: int = 0
@@ -156,7 +164,10 @@ def sync_server(wiring: Wiring, cfg: ServerConfig, learner: LearnerLike,
                 if len(rnd.devices):
                     break  # else every online device is still busy with a late task
             check_wait(env.now, t_begin, cfg, wiring.fleet, f"round {r}")
-            yield env.timeout(cfg.wait_poll_s)
+            server.freed = env.event()
+            yield wait_for_devices(env, availability, cfg.min_online, t_begin, cfg,
+                                   server.freed)
+            server.freed = None
         rnd.t_start_s = t_begin
         if learner.wants_checkins:  # every online device checks in when the round opens
             learner.observe_online(env.now, availability.online_devices(env.now))
@@ -187,7 +198,8 @@ def _select(server: _Server, r: int) -> _Round:
                   devices=devices, gone_at_s=gone_at, log=MessageLog(wiring.env, wiring.net),
                   status=np.full(k, "", dtype=object), loss=np.full(k, np.nan),
                   train_loss=np.full(k, np.nan), t_done_s=np.full(k, math.nan),
-                  reported=np.zeros(k, dtype=bool), trained=np.zeros(k, dtype=bool))
+                  reported=np.zeros(k, dtype=bool), trained=np.zeros(k, dtype=bool),
+                  left=np.zeros(k, dtype=bool))
 
 
 def _run_round(server: _Server, rnd: _Round) -> Generator[simpy.Event, Any, None]:
@@ -278,25 +290,27 @@ def _task(server: _Server, rnd: _Round, pos: int, plan: TaskPlan,
           first: _FirstArrivals | None = None) -> Generator[simpy.Event, Any, bool]:
     """The round's device at position ``pos`` runs ``plan``; returns whether it finished
     before going offline (then, if its update counts towards closing the round, it tells
-    ``first``)."""
-    device = int(rnd.devices[pos])
+    ``first``). Where it goes offline first, the task ends then (interrupted)."""
+    env, device = server.wiring.env, int(rnd.devices[pos])
     server.busy[device] = True
-    yield from device_task(rnd.log, device, plan)
-    rnd.t_done_s[pos] = server.wiring.env.now
+    interrupt_at(env, float(rnd.gone_at_s[pos]))
+    try:
+        yield from device_task(rnd.log, device, plan)
+    except simpy.Interrupt:
+        rnd.left[pos] = True
+    rnd.t_done_s[pos] = env.now
     server.busy[device] = False
-    survived = server.wiring.env.now <= rnd.gone_at_s[pos]
-    if first is not None and survived:
+    if server.freed is not None and not server.freed.triggered:
+        server.freed.succeed()
+    if first is not None and not rnd.left[pos]:
         first.arrive(pos)
-    return survived
+    return not rnd.left[pos]
 
 
 def _finish(server: _Server, rnd: _Round) -> Generator[simpy.Event, Any, None]:
     """Wait for the round's stragglers, then write the round's rows."""
     yield simpy.AllOf(server.wiring.env, rnd.tasks)
-    left = (rnd.status == "late") & (rnd.t_done_s > rnd.gone_at_s)
-    rnd.status[left] = "dropped"
-    dropped = rnd.status == "dropped"
-    rnd.t_done_s[dropped] = np.minimum(rnd.t_done_s[dropped], rnd.gone_at_s[dropped])
+    rnd.status[(rnd.status == "late") & rnd.left] = "dropped"
     server.wiring.health.devices_done(rnd.status.tolist())
     _record(server, rnd)
 

@@ -3,12 +3,16 @@ messages they log, when a device leaves, waiting for devices, and the clients ro
 
 A device task is one SimPy process: download, compute, upload (each skipped when
 empty), every transfer over the shared links (simfl.sim.links) and logged as a
-message. Whether it finished in time, and what that means for the round or the
-buffer, is the server's to decide.
+message. When its device goes offline or fails, the task is interrupted
+(:func:`interrupt_at`, a SimPy ``Interrupt``): a transfer in flight is cancelled and
+its link share released at that instant, and its message logged with the bytes that
+had arrived (``completed`` false). Whether it finished in time, and what that means
+for the round or the buffer, is the server's to decide.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -71,6 +75,7 @@ class Message:
     num_bytes: int
     t_start_s: float
     t_end_s: float
+    completed: bool = True  # False: its device left; num_bytes is what had arrived
 
 
 class MessageLog:
@@ -82,8 +87,17 @@ class MessageLog:
 
     def send(self, device: int, direction: Direction, num_bytes: int,
              kind: str) -> Generator[simpy.Event, Any, None]:
+        """Send ``num_bytes``; interrupted, the transfer is cancelled, its message logged
+        with the bytes that had arrived, and the Interrupt goes on."""
         start = self.env.now
-        yield self.net.transfer(device, num_bytes, direction)
+        done = self.net.transfer(device, num_bytes, direction)
+        try:
+            yield done
+        except simpy.Interrupt:
+            sent = int(self.net.cancel(done))
+            self.messages.append(Message(device, direction, kind, sent, start, self.env.now,
+                                         completed=False))
+            raise
         self.messages.append(Message(device, direction, kind, num_bytes, start, self.env.now))
 
     def bytes(self, direction: Direction) -> int:
@@ -103,8 +117,8 @@ class TaskPlan:
 
 def device_task(log: MessageLog, device: int,
                 plan: TaskPlan) -> Generator[simpy.Event, Any, None]:
-    """One device's task, ending when its last step does (whether the device was still
-    there then is the server's question)."""
+    """One device's task, ending when its last step does, or with an Interrupt where its
+    device left (:func:`interrupt_at`)."""
     if plan.down_bytes:
         yield from log.send(device, "down", plan.down_bytes, plan.down_kind)
     if plan.compute_s > 0:
@@ -113,13 +127,29 @@ def device_task(log: MessageLog, device: int,
         yield from log.send(device, "up", plan.up_bytes, plan.up_kind)
 
 
+def interrupt_at(env: simpy.Environment, t_s: float) -> None:
+    """Interrupt the process running now (a device's task, as it starts) at ``t_s``,
+    when its device goes offline or fails, if it is still running then. A step due to
+    end at that very instant does not complete (the departure was scheduled first)."""
+    process = env.active_process
+    if process is None or not math.isfinite(t_s):
+        return
+
+    def depart(_event: simpy.Event) -> None:
+        if process.is_alive:
+            process.interrupt("left")
+
+    env.timeout(max(t_s - env.now, 0.0)).callbacks.append(depart)
+
+
 def comm_rows(round_idx: int, messages: list[Message]) -> CommRows:
     return CommRows(
         round=round_idx, client_idx=np.array([m.device for m in messages], dtype=np.int64),
         direction=[m.direction for m in messages], kind=[m.kind for m in messages],
         bytes=np.array([m.num_bytes for m in messages], dtype=np.int64),
         t_start_s=np.array([m.t_start_s for m in messages]),
-        t_end_s=np.array([m.t_end_s for m in messages]))
+        t_end_s=np.array([m.t_end_s for m in messages]),
+        completed=np.array([m.completed for m in messages], dtype=bool))
 
 
 def shadow_rows(round_idx: int, devices: np.ndarray,
@@ -188,6 +218,65 @@ def leave_times(fleet: Fleet, devices: np.ndarray, now: float,
     with np.errstate(divide="ignore"):
         fail_after_s = rng.exponential(1.0, len(devices)) / failure_rate_per_s
     return np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
+
+
+def next_switch_on_s(availability: Availability, now: float) -> float:
+    """The first time after ``now`` that a device comes online (inf if none does)."""
+    counts = availability.by_region
+    nxt = [counts.on_s[i] for a, b in zip(counts.offsets[:-1].tolist(),
+                                          counts.offsets[1:].tolist(), strict=True)
+           if (i := int(np.searchsorted(counts.on_s[a:b], now, side="right")) + a) < b]
+    return float(min(nxt, default=math.inf))
+
+
+def next_online_s(availability: Availability, now: float, at_least: int) -> float:
+    """The first time t >= ``now`` at which at least ``at_least`` devices are online (inf
+    if never, up to the availability's end). The count only rises when a device comes
+    online, so the candidates are ``now`` and the switch-on times after it, taken in
+    growing batches from each region's sorted switch times."""
+    if availability.num_online(now) >= at_least:
+        return now
+    counts = availability.by_region
+    end = min(float(availability.t_off_s.max(initial=0.0)), availability.horizon_s)
+    batch = 64
+    while True:
+        starts = [int(np.searchsorted(counts.on_s[a:b], now, side="right")) + a
+                  for a, b in zip(counts.offsets[:-1].tolist(), counts.offsets[1:].tolist(),
+                                  strict=True)]
+        ahead = [counts.on_s[s:min(s + batch, b)]
+                 for s, b in zip(starts, counts.offsets[1:].tolist(), strict=True)]
+        times = np.unique(np.concatenate(ahead)) if ahead else np.zeros(0)
+        # every switch-on up to the earliest region's last candidate is among ``times``
+        exhausted = [len(a) < batch for a in ahead]
+        complete_to = min((float(a[-1]) for a, done in zip(ahead, exhausted, strict=True)
+                           if not done), default=math.inf)
+        times = times[(times <= complete_to) & (times <= end)]
+        if times.size:
+            reached = np.flatnonzero(counts.count(times).sum(axis=1) >= at_least)
+            if reached.size:
+                return float(times[reached[0]])
+        if all(exhausted) or complete_to >= end:
+            return math.inf
+        now, batch = complete_to, batch * 2
+
+
+def wait_for_devices(env: simpy.Environment, availability: Availability, at_least: int,
+                     since: float, cfg: ServerConfig,
+                     freed: simpy.Event | None) -> simpy.Event:
+    """The event a server waits on for devices: the first time ``at_least`` devices are
+    online (a device coming online, when that many already are but none is idle), a
+    device freed from its task (``freed``), or ``server.max_wait_s`` after ``since``
+    (check_wait then says why the run stalls). Waiting is exact: no polling."""
+    now = env.now
+    if availability.num_online(now) >= at_least:  # enough online, all busy: a newcomer
+        online_s = next_switch_on_s(availability, now)
+    else:
+        online_s = next_online_s(availability, now, at_least)
+    wake_s = min(online_s, since + cfg.max_wait_s)
+    events: list[simpy.Event] = [env.timeout(max(wake_s, now) - now)]
+    if freed is not None:
+        events.append(freed)
+    return simpy.AnyOf(env, events)
 
 
 def check_wait(now: float, since: float, cfg: ServerConfig, fleet: Fleet, what: str) -> None:

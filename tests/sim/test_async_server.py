@@ -505,16 +505,31 @@ def test_a_stall_where_every_device_ran_its_task_from_the_version(tmp_path: Path
         env.run()
 
 
-def test_a_poll_draws_after_the_other_events_of_its_instant(tmp_path: Path) -> None:
+def test_a_device_coming_online_is_drawn_at_that_instant(tmp_path: Path) -> None:
     # Device 0 is online from 0 s, device 1 from 1 s; tasks take 3 s (1 s down, 1 s
-    # compute, 1 s up); the server looks again every 3 s. At t = 3 device 0 arrives (v1)
-    # and the poll falls due: one draw, after the arrival, fills both slots from v1.
-    # Before, the poll drew first and device 1 started from v0, one version stale.
+    # compute, 1 s up). Device 1 starts at 1 s from v0 (no poll: the wake is the instant
+    # it comes online); device 0 arrives at 3 (v1) and starts again from v1; device 1
+    # arrives at 4, one version stale, for v2, the last update.
     availability = from_intervals(np.array([0, 1]), np.array([0.0, 1.0]),
                                   np.array([100.0, 100.0]), np.zeros(2, np.int64), 1,
                                   horizon_s=100.0)
-    cfg = ServerConfig(mode="async", num_rounds=2, clients_per_round=2, buffer_size=1,
-                       wait_poll_s=3.0)
+    cfg = ServerConfig(mode="async", num_rounds=2, clients_per_round=2, buffer_size=1)
+    tables = simulate(tmp_path, cfg, availability, paths([1000] * 2, [1000] * 2),
+                      FakeAsyncLearner(needs_losses=False), np.array([0.1, 0.1]))
+    got = tables["clients"].select("client_idx", "model_version", "t_dispatch_s", "status")
+    assert sorted(got.rows()) == [(0, 0, 0.0, "aggregated"), (0, 1, 3.0, "late"),
+                                  (1, 0, 1.0, "aggregated")]
+    np.testing.assert_array_equal(tables["rounds"]["t_end_s"], [3.0, 4.0])
+
+
+def test_a_draw_waits_for_the_other_events_of_its_instant(tmp_path: Path) -> None:
+    # As above, but device 1 comes online at 3 s, the instant device 0 arrives (v1): one
+    # draw, after the arrival, fills both slots from v1 (a draw first would start device
+    # 1 from v0, one version stale).
+    availability = from_intervals(np.array([0, 1]), np.array([0.0, 3.0]),
+                                  np.array([100.0, 100.0]), np.zeros(2, np.int64), 1,
+                                  horizon_s=100.0)
+    cfg = ServerConfig(mode="async", num_rounds=2, clients_per_round=2, buffer_size=1)
     tables = simulate(tmp_path, cfg, availability, paths([1000] * 2, [1000] * 2),
                       FakeAsyncLearner(needs_losses=False), np.array([0.1, 0.1]))
     assert tables["clients"].select("client_idx", "model_version", "t_dispatch_s").rows() == [
