@@ -295,12 +295,32 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line's exit status (module docstring). Memory that runs out anyway is one
+    line too: loading torch, polars or pyarrow under too small a limit (the loader cannot
+    map the library: exit 2, nothing written), or a MemoryError of the work beyond what
+    the memory guard (simfl.runs.memory) estimated (exit 1; a run that had started says
+    failed in its manifest)."""
     argv = sys.argv[1:] if argv is None else argv
     # numpy's RuntimeWarnings (an overflow in an extreme scenario's arithmetic) would print
     # before simfl's one line; what they warn of surfaces as simfl's own message or check
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _main(argv)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _main(argv)
+    except ImportError as e:
+        # "failed to map segment from shared object", "cannot allocate memory": the
+        # dynamic loader's words for an address space too small to load the library
+        if not re.search(r"map segment|allocate memory", str(e), re.I):
+            raise
+        print(f"simfl: error: too little memory to load simfl's libraries "
+              f"({_one_line(f'{type(e).__name__}: {e}')}); with torch they take about 1.2 "
+              f"GiB of address space (ulimit -v) before any work", file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"simfl: error: out of memory ({_one_line(f'{type(e).__name__}: {e}')}): more "
+              f"than simfl's memory guard estimated; give the process more memory or make "
+              f"the scenario smaller", file=sys.stderr)
+        return 1
 
 
 def _main(argv: list[str]) -> int:
@@ -464,11 +484,17 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
+    """``trace SCENARIO --out FILE``: the scenario's availability as a trace. The memory
+    guard counts building the population alone (simfl.runs.memory.population_only)
+    and refuses it, in one line, before anything is allocated or written."""
+    from simfl.runs.memory import population_only
     from simfl.runs.run import write_availability_trace
     from simfl.scenario import load_scenario
 
     check_output_file(args.out, args.overwrite, "trace", (".parquet", ".csv"))
-    num_intervals = write_availability_trace(load_scenario(args.scenario, args.set), args.out)
+    scenario = load_scenario(args.scenario, args.set)
+    with population_only():
+        num_intervals = write_availability_trace(scenario, args.out)
     _say(f"{args.out}: {num_intervals} online intervals")
     return 0
 

@@ -16,8 +16,12 @@ first rows; a name comes in three more ways, all alike from then on:
 A factory's first parameters are fixed per point (:data:`FIXED`); those after them
 are its hyper-parameters, read from the scenario section's key of that name (an
 aggregation rule's ``theta``, ``mu``, ...) or from the section's ``params`` table.
-A name that cannot be imported, or a factory that does not fit its point, is an
-InputError of one line naming the key and the import path.
+A name that cannot be imported (its module raising anything, or calling ``sys.exit``),
+or a factory that does not fit its point, raises or returns what the point does not
+take, is an InputError of one line naming the key and the import path. What a plug-in
+returns during a run is checked where simfl first receives it (simfl.aggregate.base,
+simfl.quantile.panel): one that breaks its point's contract (docs/extending.md) is a
+:class:`PluginBroke`, a RunFailed naming the plug-in and the contract (exit 1).
 
 Torch-free: simfl's own factories are named by path and imported when a run builds
 them; a plug-in's module is imported when a scenario naming it is loaded, which runs
@@ -27,14 +31,16 @@ that module's code.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
 
-from simfl.errors import InputError
+from simfl.errors import InputError, RunFailed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -82,10 +88,17 @@ def import_path(path: str, key: str, source: str) -> Callable[..., Any]:
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise InputError(f"{source}: '{key}' = {path!r} is no 'package.module:function'")
+    if module_name.partition(".")[0] in sys.stdlib_module_names:  # before importing it
+        raise InputError(f"{source}: '{key}' = {path!r} names the standard library, not a "
+                         f"plug-in (a scenario or manifest may name only a plug-in's own "
+                         f"function)")
     try:
         obj: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
+    except SystemExit as e:  # sys.exit() in the module's code: no run, and no status 0
+        raise InputError(f"{source}: '{key}' = {path!r} cannot be imported (its module "
+                         f"called sys.exit({e.code!r}) as it was imported)") from None
     except Exception as e:  # any error of the plug-in's own module, on one line
         raise InputError(f"{source}: '{key}' = {path!r} cannot be imported "
                          f"({one_line(e)})") from None
@@ -142,13 +155,37 @@ def build(plugin: Plugin, key: str, section: Any, *fixed: Any,
         return factory(*fixed, **kwargs)
     try:
         made = factory(*fixed, **kwargs)
-    except (TypeError, ValueError) as e:
+    except SystemExit as e:  # sys.exit() in the factory: no run, and no status 0
+        raise InputError(f"'{key}' = {plugin.name!r} ({plugin.path}) failed: it called "
+                         f"sys.exit({e.code!r})") from None
+    except Exception as e:  # any error of the plug-in's own code, on one line
         raise InputError(f"'{key}' = {plugin.name!r} ({plugin.path}) failed: "
                          f"{one_line(e)}") from None
     if not isinstance(made, expect):
         raise InputError(f"'{key}' = {plugin.name!r} ({plugin.path}) returned a "
                          f"{type(made).__name__}, not a {getattr(expect, '__name__', expect)}")
     return made
+
+
+class PluginBroke(RunFailed):
+    """A plug-in's output, received during a run, breaks the contract of its point
+    (docs/extending.md): the run fails (exit 1) with one line naming the plug-in and the
+    contract, instead of a traceback from inside simfl where the output is used."""
+
+
+def code_of(fn: Callable[..., Any]) -> str:
+    """Where a plug-in's function lives, as ``package.module:qualname`` (a closure's
+    qualname names its factory: ``rules:trimmed_mean.<locals>.combine``)."""
+    module = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}:{name}"
+
+
+def broke(who: str, what: str, contract: str) -> PluginBroke:
+    """The error of a plug-in ``who`` (its key and name, or its code) whose output is
+    ``what`` (``"combine returned ..."``) against ``contract`` (what it must be)."""
+    return PluginBroke(f"plug-in {who} broke its contract: {what}; {contract} "
+                       f"(docs/extending.md)")
 
 
 class Registry:
@@ -316,3 +353,19 @@ def import_recorded(records: dict[str, dict[str, str]], source: str) -> None:
                              f"script run as __main__, which no other process can import: "
                              f"name it in the scenario as 'package.module:function'")
         import_path(record["path"], key, source)
+
+
+def source_sha256(path: str) -> str | None:
+    """The sha256 of the file of the module holding ``path``'s factory
+    (``"package.module:function"``), its bytes on disk now: what a run's manifest records
+    of each user plug-in, so that ``resume`` can tell its code changed. Only the module's
+    own file counts, not the modules it imports; None when the module has no file (one
+    made at run time) or it cannot be imported or read."""
+    try:
+        file = getattr(importlib.import_module(path.partition(":")[0]), "__file__", None)
+        if file is None:
+            return None
+        with open(file, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except Exception:  # any error of the plug-in's own module: nothing to hash
+        return None

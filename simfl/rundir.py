@@ -8,15 +8,17 @@ Torch-free, so the commands that only look at runs (``sweep --status``, ``collec
     <table>.parquet                  one per table of TABLES, once the run is complete
     availability_intervals.parquet   with population.availability.log_intervals
     parts/<table>/part-NNNNNN.parquet  the rows so far, while the run is not complete
-    checkpoint/state.pt, journal/NNNNNN.pkl, lock   (simfl.runs.checkpoint; the lock: here)
+    checkpoint/state.pt, progress.json, journal/NNNNNN.pt, lock
+                                     (simfl.runs.checkpoint; the lock: here)
     plots/<figure>.<format>          RUN_PLOTS (simfl.plots.runs)
 
 A ``.tmp`` beside a file is its unfinished atomic write (:func:`write_atomically`).
 A sweep's folder, ``results/<sweep name>/``, holds its runs' directories and what
 ``collect`` writes (``<table>.parquet``, ``plots/``: SWEEP_FIGURES), each file marked
 with COLLECT_MARK; a tuning's also what ``tune`` writes (TUNE_BEGINS: how each file
-begins). A checkpoint's progress (rounds done, wall seconds) is read here, without
-torch (:func:`checkpoint_progress`).
+begins). A checkpoint's progress (rounds done, wall seconds, scenario) is read here
+from its ``progress.json``, without torch and without unpickling anything
+(:func:`checkpoint_progress`).
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import pickle
 import re
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ RUN_PLOT_STEMS = ("test_error_hist", "p90_vs_time", "p90_vs_bytes", "error_vs_si
 RUN_PLOTS = tuple(f"{stem}.{fmt}" for stem in RUN_PLOT_STEMS for fmt in FIGURE_FORMATS)
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.pt"
+PROGRESS_FILE = "progress.json"  # the checkpoint's plain facts, beside state.pt
 LOCK_FILE = "lock"
 JOURNAL_DIR = "journal"
 # What collect writes in a sweep's folder: its tables and these figures (in plots/, by
@@ -69,8 +70,8 @@ TUNE_BEGINS = {TUNE_REPORT: "# Tuning: ", TUNE_CHOICE: "# Chosen by python -m si
 FILE = None
 Layout = dict[str, "Layout | None"]
 PARTS_LAYOUT: Layout = {name: {r"part-\d{6}\.parquet": FILE} for name in TABLES}  # parts/
-CHECKPOINT_LAYOUT: Layout = {STATE_FILE: FILE, LOCK_FILE: FILE,  # checkpoint/
-                             JOURNAL_DIR: {r"\d{6}\.pkl": FILE}}
+CHECKPOINT_LAYOUT: Layout = {STATE_FILE: FILE, PROGRESS_FILE: FILE, LOCK_FILE: FILE,
+                             JOURNAL_DIR: {r"\d{6}\.pt": FILE}}  # checkpoint/
 # What a run directory holds, all written by simfl: only these are ever deleted, by
 # --overwrite.
 RUN_LAYOUT: Layout = {
@@ -143,8 +144,13 @@ def check_output_path(path: Path) -> None:
 
 def foreign_entry(folder: Path, layout: Layout) -> Path | None:
     """The first entry under ``folder`` that ``layout`` does not name (a symbolic link
-    never counts as simfl's), or None when simfl could have written all of it."""
-    for entry in sorted(folder.iterdir()):
+    never counts as simfl's), or None when simfl could have written all of it. A folder
+    that goes while it looks (a run completing removes its parts) holds nothing foreign."""
+    try:
+        entries = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return None
+    for entry in entries:
         inner = _layout_of(entry, layout)
         if inner is False:
             return entry
@@ -290,15 +296,49 @@ def json_default(value: Any) -> Any:
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s lock while working on the run: a second process (a resume of a
     run still going) gets a RunBusy error. The kernel drops the lock when the process
-    dies, SIGKILL included."""
+    dies, SIGKILL included. The lock is the file in the folder now: a run that completes
+    removes its checkpoint folder, lock included, while it holds it, so a lock got on a
+    file no longer there (opened before, locked after) is taken again on the new one.
+    Whoever holds it reads the run again: what it read before may have changed."""
     path = run_dir / CHECKPOINT_DIR / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            f = path.open("w")
+        except FileNotFoundError:  # the folder went between the two calls: again
+            continue
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            f.close()
             raise RunBusy(f"{run_dir}: another process is working on this run") from None
+        if _is_file_at(f.fileno(), path):
+            break
+        f.close()
+    with f:
         yield
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is the one at ``path`` now (not one removed)."""
+    try:
+        at = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at.st_dev, at.st_ino)
+
+
+def drop_complete_lock(run_dir: Path) -> None:
+    """Remove ``run_dir``'s lock, which this process holds, and its checkpoint folder when
+    it holds nothing else: a complete run has no checkpoint folder, and a process that took
+    the lock only to find the run complete leaves the run's files as they were. One that
+    opened the lock before it went takes it again on a new file (:func:`run_lock`)."""
+    folder = run_dir / CHECKPOINT_DIR
+    if _only_lock(folder):
+        (folder / LOCK_FILE).unlink(missing_ok=True)
+        with suppress(OSError):  # another process made a lock there meanwhile
+            folder.rmdir()
 
 
 def run_locked(run_dir: Path) -> bool:
@@ -324,55 +364,26 @@ def checkpoint_progress(run_dir: Path) -> tuple[int, float] | None:
     try:
         return int(state["rounds_done"]), float(state["wall_s"])
     except (KeyError, TypeError, ValueError) as e:
-        path = run_dir / CHECKPOINT_DIR / STATE_FILE
+        path = run_dir / CHECKPOINT_DIR / PROGRESS_FILE
         raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
 
 
 def checkpoint_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run's last checkpoint state (``simfl.runs.checkpoint``'s ``state.pt``: rounds done,
-    simulated time, wall seconds, scenario, ...) read without torch: its plain values
-    (numbers, strings, lists, dicts) as written, anything else (tensors, arrays, objects)
-    as a placeholder. None if the run has no checkpoint; InputError if it is unreadable."""
-    path = run_dir / CHECKPOINT_DIR / STATE_FILE
+    """The plain facts of the run's last checkpoint (``simfl.runs.checkpoint``'s
+    ``progress.json``: format, rounds done, simulated time, wall seconds, scenario),
+    read as JSON: nothing in it is imported or run. None if the run has no checkpoint;
+    InputError if it is unreadable."""
+    path = run_dir / CHECKPOINT_DIR / PROGRESS_FILE
+    if not (run_dir / CHECKPOINT_DIR / STATE_FILE).is_file():  # the commit point
+        return None
     if not path.is_file():
-        return None
+        raise InputError(f"{run_dir / CHECKPOINT_DIR}: a checkpoint of an older simfl (its "
+                         f"state pickled, format 3 or before), which this simfl does not read: "
+                         f"remove {run_dir} to run it again from the start")
     try:
-        with zipfile.ZipFile(path) as archive:  # torch.save's format: a zip holding a pickle
-            name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
-            with archive.open(name) as f:
-                state = _PlainUnpickler(f).load()
+        state = json.loads(path.read_text())
         if not isinstance(state, dict):
-            raise TypeError(f"the state is a {type(state).__name__}, not a dict")
+            raise TypeError(f"the progress is a {type(state).__name__}, not an object")
         return state
-    except (OSError, EOFError, StopIteration, TypeError, ValueError, pickle.UnpicklingError,
-            zipfile.BadZipFile) as e:
+    except (OSError, TypeError, ValueError) as e:
         raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
-
-
-class _Opaque:
-    """What a checkpoint record reads in place of a value it does not need (a tensor, a
-    numpy array, a simfl object): made from anything, holding nothing."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def __setstate__(self, state: object) -> None:
-        pass
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Unpickles plain values and only them: no class is imported or called but the plain
-    containers; a tensor's storage (a torch zip's persistent id) is not read."""
-
-    # torch.save writes pickle protocol 2: builtins as "__builtin__", bytes by _codecs
-    PLAIN = {(module, name) for module in ("builtins", "__builtin__")
-             for name in ("set", "frozenset", "complex", "bytearray", "slice", "range",
-                          "object")}
-    PLAIN |= {("collections", "OrderedDict"), ("copyreg", "_reconstructor"),
-              ("_codecs", "encode")}
-
-    def find_class(self, module: str, name: str) -> Any:
-        return super().find_class(module, name) if (module, name) in self.PLAIN else _Opaque
-
-    def persistent_load(self, pid: Any) -> None:
-        return None

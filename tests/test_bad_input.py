@@ -104,8 +104,7 @@ CASES = {
         ["server.mode=async", "train.lr=1e30"], 1, "train.lr"),
     "stall rule off, every update late": (
         ["run.idle_window=0", "server.deadline_s=0.001"], 1, "trained nothing"),
-    "a wait that would look again 8.6e7 times": (
-        ["server.wait_poll_s=0.001"], 2, "server.wait_poll_s"),
+    "a compatibility key out of its range": (["server.wait_poll_s=0"], 2, "server.wait_poll_s"),
     # values that once passed validation and crashed mid-run (overflow, IndexError, ...)
     "lr beyond float32": (["train.lr=1e39"], 2, "'train.lr'"),
     "lr growing by 1e308 a decay": (
@@ -187,10 +186,11 @@ def test_a_run_that_aggregates_nothing_reports_it_in_its_health(
     # the stall rule fires after the 10th idle round: every device of rounds 0-9 was late
     assert health["rounds"] == 10 and health["rounds_without_update"] == 10
     # final statuses come once a round's stragglers are done (rounds still in flight when
-    # the run failed are not counted); devices busy with a late task are not selected
-    late = health["updates_by_status"]["late"]
-    assert set(health["updates_by_status"]) == {"late"} and 0 < late <= 60
-    assert "rounds 0-9" in err
+    # the run failed are not counted: here every one, as a round opens the instant a
+    # device is freed, 1 ms after the last); devices busy with a late task are not selected
+    assert set(health["updates_by_status"]) <= {"late"}
+    assert health["updates_by_status"].get("late", 0) <= 60
+    assert "rounds 0-9" in err and "late: arrived after the round closed" in err
 
 
 def test_a_run_without_the_stall_rule_that_trained_nothing_counts_all_its_devices(
@@ -299,7 +299,7 @@ def _user_file_in(where: str, out: Path, outside: Path) -> None:
         (out / "plots" / "my_annotated_figure.png").write_text("mine")
     elif where == "checkpoint ->":  # a link to a folder of theirs, with simfl-like names
         (outside / "journal").mkdir()
-        (outside / "journal" / "000000.pkl").write_text("mine")
+        (outside / "journal" / "000000.pt").write_text("mine")
         (outside / "state.pt").write_text("mine")
         (out / "checkpoint").symlink_to(outside, target_is_directory=True)
     elif where == "plots ->":
@@ -336,12 +336,14 @@ def test_overwrite_deletes_nothing_a_user_put_anywhere_in_a_run(
 def test_overwrite_replaces_a_failed_run_with_its_checkpoint_parts_and_plots(
         scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, fresh = tmp_path / "run", tmp_path / "fresh"
-    code, _, _ = cli([scenario, "--out", out, "--quiet", "--set", "server.deadline_s=0.001"],
-                     capsys)
+    # rounds 10 minutes apart: each round's stragglers are done (its rows written) before
+    # the next, so the failed run has parts of every table
+    code, _, _ = cli([scenario, "--out", out, "--quiet", "--set", "server.deadline_s=0.001",
+                      "--set", "server.round_interval_s=600"], capsys)
     assert code == 1  # failed at round 9, after checkpoints at rounds 4 and 8
     plot_run(out)
     written = {str(p.relative_to(out)) for p in out.rglob("*")}
-    assert {"checkpoint/state.pt", "checkpoint/journal/000001.pkl",
+    assert {"checkpoint/state.pt", "checkpoint/journal/000001.pt",
             "parts/rounds/part-000001.parquet", "plots/round_durations.png"} <= written
     assert cli([scenario, "--out", out, "--overwrite", "--quiet"], capsys)[0] == 0
     assert cli([scenario, "--out", fresh, "--quiet"], capsys)[0] == 0

@@ -44,6 +44,7 @@ FORBIDDEN = {
     "cli.py": ("torch", "simpy"),  # at module level: the commands import what they need
     "algorithms": ("torch", "simfl.train", "simfl.quantile", "simfl.runs", "simfl.cli"),
     "metrics.py": ("simfl.", "torch", "simpy"),
+    "study": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.runs", "simfl.cli"),
     "tables.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.runs", "simfl.plots"),
     "api.py": ("torch", "simpy", "simfl.sim", "simfl.train", "simfl.cli", "simfl.runs.sweep",
                "simfl.runs.tune"),
@@ -53,6 +54,8 @@ FORBIDDEN = {
     "runs/replay.py": ("simpy", "simfl.sim", "simfl.runs.run", "simfl.runs.sweep",
                        "simfl.runs.tune"),
     "runs/checkpoint.py": ("simfl.runs.run", "simfl.runs.sweep", "simfl.runs.tune"),
+    "runs/plain.py": ("simpy", "simfl.sim", "simfl.runs.run", "simfl.runs.sweep",
+                      "simfl.runs.tune"),
     "runs/run.py": ("simfl.runs.sweep", "simfl.runs.tune"),
     "runs/sweep": ("torch", "simfl.runs.tune"),
     "runs/tune.py": ("torch", "simpy"),

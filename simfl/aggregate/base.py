@@ -23,6 +23,7 @@ and FedAvg-Sub's smaller cohort are refused in async mode by ``simfl.scenario``.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -30,6 +31,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from simfl.plugins import broke, code_of
 from simfl.quantile.secagg import Exchange
 
 
@@ -122,3 +124,78 @@ def need(value: T | None, what: str, rule: str) -> T:
     if value is None:
         raise ValueError(f"{rule} needs {what} in its RoundInputs")
     return value
+
+
+# What the server does with a rule's answers (docs/extending.md): checked where the
+# learner receives them, so that a plug-in rule that breaks its contract fails the run
+# with one line naming it (simfl.plugins.PluginBroke) instead of a traceback from where
+# the answer is used (a mask of the wrong length, a model of the wrong shape).
+_SELECT = ("select(losses, weights) returns a simfl.aggregate.base.Selection whose keep is "
+           "a bool array with one entry per reporting device and whose threshold is None or "
+           "a number")
+_COMBINE = ("combine(global_params, inputs, state) returns a simfl.aggregate.base.Combined "
+            "whose params are a tensor of global_params' shape and dtype")
+_SAMPLING = ("sampling(state, num_samples) returns None or an array of one non-negative "
+             "chance per training device")
+
+
+def _rule(rule: Aggregator, fn: Callable[..., object]) -> str:
+    return f"'aggregator.name' (the rule {rule.name!r}, {code_of(fn)})"
+
+
+def checked_selection(rule: Aggregator, selection: object, num_reports: int) -> Selection:
+    """``selection``, the rule's answer for ``num_reports`` reporting devices, with its
+    keep mask as a bool array; PluginBroke naming the rule if it is not a Selection, its
+    mask is not one bool per device, or its threshold is neither None nor a number."""
+    who = _rule(rule, rule.select)
+    if not isinstance(selection, Selection):
+        raise broke(who, f"its select returned a {type(selection).__name__}", _SELECT)
+    try:
+        keep = np.asarray(selection.keep)
+    except (TypeError, ValueError) as e:  # a ragged list, say
+        raise broke(who, f"its select returned a keep mask numpy cannot read ({e})",
+                    _SELECT) from None
+    if keep.dtype != np.bool_ or keep.shape != (num_reports,):
+        raise broke(who, f"its select returned a keep mask of shape {keep.shape} and dtype "
+                         f"{keep.dtype} for {num_reports} reporting devices", _SELECT)
+    threshold = selection.threshold
+    if threshold is not None and (not isinstance(threshold, numbers.Real)
+                                  or isinstance(threshold, bool)):
+        raise broke(who, f"its select returned the threshold {threshold!r} (a "
+                         f"{type(threshold).__name__})", _SELECT)
+    return selection if keep is selection.keep else \
+        Selection(keep, threshold, selection.exchanges, selection.shadow)
+
+
+def checked_combined(rule: Aggregator, combined: object, params: torch.Tensor) -> Combined:
+    """``combined``, the rule's new model from ``params``; PluginBroke naming the rule if it
+    is not a Combined whose params are a tensor of the shape and dtype of ``params``."""
+    who = _rule(rule, rule.combine)
+    if not isinstance(combined, Combined):
+        raise broke(who, f"its combine returned a {type(combined).__name__}", _COMBINE)
+    new = combined.params
+    if not isinstance(new, torch.Tensor):
+        raise broke(who, f"its combine returned params of type {type(new).__name__}", _COMBINE)
+    if new.shape != params.shape or new.dtype != params.dtype:
+        raise broke(who, f"its combine returned params of shape {tuple(new.shape)} and dtype "
+                         f"{new.dtype}, not the global model's {tuple(params.shape)} and "
+                         f"{params.dtype}", _COMBINE)
+    return combined
+
+
+def checked_sampling(rule: Aggregator, chances: object, num_devices: int) -> np.ndarray | None:
+    """``chances``, the rule's relative chances of the training devices to be selected (None:
+    uniform); PluginBroke naming the rule if they are not one number per device."""
+    if chances is None:
+        return None
+    try:
+        array = np.asarray(chances)
+    except (TypeError, ValueError) as e:
+        raise broke(_rule(rule, rule.sampling), f"its sampling returned chances numpy "
+                    f"cannot read ({e})", _SAMPLING) from None
+    if array.shape != (num_devices,) or not np.issubdtype(array.dtype, np.number) \
+            or np.issubdtype(array.dtype, np.complexfloating):
+        raise broke(_rule(rule, rule.sampling),
+                    f"its sampling returned chances of shape {array.shape} and dtype "
+                    f"{array.dtype} for {num_devices} training devices", _SAMPLING)
+    return array

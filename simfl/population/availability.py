@@ -20,8 +20,21 @@ import numpy as np
 
 from simfl.errors import InputError, RunFailed
 from simfl.plugins import AVAILABILITY, build
-from simfl.population.diurnal import ProfileRates, diurnal_intervals
-from simfl.population.habits import HabitRates, Habits, habit_intervals, propensity
+from simfl.population.diurnal import (
+    DAY_S,
+    GRID_STEP_S,
+    ProfileRates,
+    diurnal_hazards,
+    diurnal_intervals,
+    online_prob,
+)
+from simfl.population.habits import (
+    HabitRates,
+    Habits,
+    class_sessions_per_day,
+    habit_intervals,
+    propensity,
+)
 from simfl.population.table import DeviceTable
 from simfl.population.trace import read_trace, write_trace
 from simfl.rng import Streams
@@ -31,6 +44,18 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 # The diurnal precomputation holds ~48 bytes per online interval at its peak: refuse a
 # configuration that needs more than this many intervals (~5 GB) before drawing any.
 MAX_INTERVALS = 100_000_000
+INTERVAL_BYTES = 48
+# The most memory one precomputation of availability, or of its statistics or fit, may
+# take by its estimate (MAX_INTERVALS intervals of the diurnal model's draw, 4.5 GiB):
+# refused above it before anything is allocated (check_work_bytes).
+MAX_WORK_BYTES = INTERVAL_BYTES * MAX_INTERVALS
+# The diurnal and habits draws advance every device one session a step (0.06 to 0.2 ms a
+# step once few devices are left, measured at one thread on a 2-core CPU), so the device
+# with the most sessions sets the number of steps: refused above this (3 to 10 s).
+MAX_SESSION_STEPS = 50_000
+# A habit class's hazard tables (simfl.population.diurnal.exact_hazards): about 8 arrays
+# of the day's grid at their peak (measured: 83 kB a class at 28,000 classes).
+_CLASS_TABLE_BYTES = 8 * 8 * (DAY_S / GRID_STEP_S + 1)
 
 
 class PastHorizon(RunFailed):
@@ -306,7 +331,7 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: S
         made: Availability = build(mode, "population.availability.mode", cfg, cfg, devices,
                                    streams, expect=Availability)
         return made
-    check_diurnal_work(cfg, devices.num_devices)
+    check_diurnal_work(cfg, devices.num_devices, habits)
     rng = streams.numpy("availability")
     if habits is not None:
         intervals = habit_intervals(devices.utc_offset_s, habits, cfg.horizon_s, rng)
@@ -333,23 +358,87 @@ def known_rates(cfg: AvailabilityConfig, devices: DeviceTable,
     return ProfileRates(devices.utc_offset_s, profile)
 
 
-def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int) -> None:
-    """InputError if the diurnal model would draw more than MAX_INTERVALS intervals.
+def check_work_bytes(need_bytes: float, what: str, fix: str = "") -> None:
+    """InputError (one line) when a computation's estimated peak memory ``need_bytes``,
+    made before any of it is allocated, exceeds MAX_WORK_BYTES; ``what`` names the key
+    or file and what the estimate counts, ``fix`` what to change."""
+    if need_bytes <= MAX_WORK_BYTES:
+        return
+    raise InputError(f"{what} would take about {need_bytes / 2**30:.3g} GiB of memory "
+                     f"(limit {MAX_WORK_BYTES / 2**30:.3g} GiB)" + (f": {fix}" if fix else ""))
 
-    A device is online a share p̄ (the profile's mean) of the horizon, in sessions no
-    longer than ``session_mean_s`` on average (the off-hazard is at least its
-    reciprocal), so it has at least ``horizon_s p̄ / session_mean_s`` of them."""
-    mean_p = float(np.mean(cfg.online_prob_by_hour))
-    # habits: session means lognormal around session_mean_s, whose inverse has mean
-    # exp(τ²) / session_mean_s
-    spread = math.exp(cfg.habits.session_log_sd ** 2) if cfg.mode == "habits" else 1.0
-    at_least = num_devices * cfg.horizon_s * mean_p * spread / cfg.session_mean_s
-    if at_least > MAX_INTERVALS:
+
+def expected_intervals(cfg: AvailabilityConfig, num_devices: int,
+                       habits: Habits | None = None) -> np.ndarray:
+    """(N,) each device's expected number of online intervals over ``[0, horizon_s)``
+    in the diurnal model, or in habits mode with each device's own ``habits``: its
+    sessions a day, ``∫ p(u) μ(u) du`` (online probability times off-hazard, which the
+    exact-marginal construction makes the rate of online -> offline switches), times
+    the horizon's days, plus one (a session under way at the horizon). Exact for each
+    device's drawn habits: the tail of short sessions a wide ``session_log_sd`` gives
+    counts as it is, not through the devices' mean."""
+    days = cfg.horizon_s / DAY_S
+    if habits is not None:
+        return class_sessions_per_day(habits)[habits.habit_class] * days + 1
+    _, off_hazard = diurnal_hazards(cfg.online_prob_by_hour, cfg.session_mean_s)
+    mid = np.arange(GRID_STEP_S / 2, DAY_S, GRID_STEP_S)
+    per_day = float(online_prob(cfg.online_prob_by_hour, mid)
+                    @ np.diff(off_hazard.cumulative[0]))
+    return np.full(num_devices, per_day * days + 1)
+
+
+def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int,
+                       habits: Habits | None = None) -> None:
+    """InputError (one line, naming the key) when drawing the diurnal or habits model's
+    intervals would take too long or too much memory, judged before any is drawn from
+    each device's expected number of intervals (:func:`expected_intervals`).
+
+    The draw takes one step per session of the device with the most (refused above
+    MAX_SESSION_STEPS: a wide ``habits.session_log_sd`` gives a few devices sessions
+    of milliseconds, millions of them, however few devices there are); its memory is
+    INTERVAL_BYTES an interval and, in habits mode, each habit class's hazard tables
+    (refused above MAX_WORK_BYTES)."""
+    per_device = expected_intervals(cfg, num_devices, habits)
+    if not per_device.size:
+        return
+    spread = habits is not None and cfg.habits.session_log_sd > 0
+    horizon = f"horizon_s = {cfg.horizon_s:.6g} s"
+    busiest = int(np.argmax(per_device))
+    steps = float(per_device[busiest])
+    if not steps <= MAX_SESSION_STEPS:
+        if habits is not None and spread and \
+                habits.session_mean_s[busiest] < cfg.session_mean_s:
+            raise InputError(
+                f"population.availability.habits.session_log_sd = "
+                f"{cfg.habits.session_log_sd!r}: its device with the most sessions (of "
+                f"mean {habits.session_mean_s[busiest]:.3g} s against session_mean_s = "
+                f"{cfg.session_mean_s!r} s) would have about {steps:.3g} online sessions "
+                f"over {horizon}, drawn one step each (limit {MAX_SESSION_STEPS:.0e} steps, "
+                f"seconds of work): lower session_log_sd, raise session_mean_s or shorten "
+                f"horizon_s")
         raise InputError(
-            f"population.availability: session_mean_s = {cfg.session_mean_s!r} s over "
-            f"horizon_s = {cfg.horizon_s:.0f} s gives {num_devices} devices at least "
-            f"{at_least:.3g} online sessions to precompute (limit {MAX_INTERVALS:.0e}): "
-            f"raise session_mean_s or shorten horizon_s")
+            f"population.availability.session_mean_s = {cfg.session_mean_s!r} s: a device "
+            f"would have about {steps:.3g} online sessions over {horizon}, drawn one step "
+            f"each (limit {MAX_SESSION_STEPS:.0e} steps, seconds of work): raise "
+            f"session_mean_s or shorten horizon_s")
+    total = float(per_device.sum())
+    num_classes = 0 if habits is None else int(habits.class_shift.shape[0])
+    tables = _CLASS_TABLE_BYTES * num_classes
+    if tables > INTERVAL_BYTES * total:
+        check_work_bytes(
+            INTERVAL_BYTES * total + tables,
+            f"population.availability.habits.propensity_logit_sd = "
+            f"{cfg.habits.propensity_logit_sd!r} with session_log_sd = "
+            f"{cfg.habits.session_log_sd!r}: the hazard tables of the {num_devices} devices' "
+            f"{num_classes} habit classes", "lower the spreads or use fewer devices")
+    key = (f"population.availability.habits.session_log_sd = {cfg.habits.session_log_sd!r} "
+           f"with session_mean_s = {cfg.session_mean_s!r} s" if spread else
+           f"population.availability.session_mean_s = {cfg.session_mean_s!r} s")
+    check_work_bytes(
+        INTERVAL_BYTES * total + tables,
+        f"{key}: the {num_devices} devices' {total:.3g} online sessions over {horizon}",
+        "raise session_mean_s or shorten horizon_s"
+        + (" or lower session_log_sd" if spread else ""))
 
 
 def habit_columns(cfg: AvailabilityConfig, num_devices: int, habits: Habits | None

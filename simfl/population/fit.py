@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from simfl.errors import InputError
-from simfl.population.availability import Availability
+from simfl.population.availability import Availability, check_work_bytes
 from simfl.population.diurnal import DAY_S, HOUR_S
 from simfl.population.habits import calibrated_logits, habit_prob
 from simfl.population.trace import read_trace
@@ -72,6 +72,10 @@ _OMEGA = 2 * np.pi / 24  # the first harmonic, radians per hour
 _MIN_TRANSFER = 0.5  # harmonics damped below this are left as observed
 _MIN_SESSIONS = 2
 _DAY_GRID_S = np.arange(96) * 900.0 + 450.0  # the day's 15-minute midpoints
+# Peak bytes of a fit (check_fit_size) per device and local hour of the window (its
+# online and observed seconds and their temporaries: 42 to 45 measured), and per interval.
+_BYTES_PER_DEVICE_HOUR = 48
+_BYTES_PER_INTERVAL = 64
 
 
 @dataclass(frozen=True)
@@ -263,17 +267,35 @@ def session_moments(sessions: DeviceSessions) -> tuple[float, float, int]:
     return float(np.mean(sessions.mean_s[ok])), log_sd, int(sessions.count[ok].sum())
 
 
+def check_fit_size(num_devices: int, horizon_s: float, num_intervals: int, source: str,
+                   devices: str = "") -> None:
+    """InputError (one line) when a fit of ``num_devices`` devices over [0, horizon_s)
+    would take more than MAX_WORK_BYTES: it holds each device's online and observed
+    seconds in every local hour of the window (:func:`local_hours`). Judged before
+    anything is allocated; ``source`` names the trace or key, ``devices`` where
+    ``num_devices`` comes from."""
+    hours = 24 * (math.ceil(horizon_s / DAY_S) + 2) if math.isfinite(horizon_s) else math.inf
+    check_work_bytes(_BYTES_PER_DEVICE_HOUR * float(num_devices) * hours
+                     + _BYTES_PER_INTERVAL * num_intervals,
+                     f"{source}: a fit of {num_devices} device{'s' * (num_devices != 1)}"
+                     f"{devices} hour by hour over {horizon_s / DAY_S:.3g} days "
+                     f"({num_devices * hours:.3g} device-hours)")
+
+
 def fit_habits(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
-               utc_offset_s: np.ndarray, horizon_s: float) -> FittedHabits:
+               utc_offset_s: np.ndarray, horizon_s: float,
+               source: str = "availability") -> FittedHabits:
     """The habits model's parameters from online intervals ``[t_on_s, t_off_s)`` of
     ``device`` (as read_trace returns them: non-overlapping within a device) observed
     over [0, horizon_s), devices 0..N−1 at UTC offsets ``utc_offset_s`` (N,) seconds
     (zeros: local time is UTC). The window must span at least 3 days (two whole local
-    days per device, two halves of every hour of the day)."""
+    days per device, two halves of every hour of the day), and the fit fit in memory
+    (:func:`check_fit_size`, naming ``source``)."""
     if not horizon_s >= 3 * DAY_S or not math.isfinite(horizon_s):
         raise InputError(f"fitting habits needs a finite window of at least 3 days, "
                          f"not {horizon_s} s")
     n = int(np.asarray(utc_offset_s).shape[0])
+    check_fit_size(n, horizon_s, int(np.asarray(t_on_s).shape[0]), source)
     num_days = horizon_s / DAY_S
     hours = local_hours(device, t_on_s, t_off_s, utc_offset_s, horizon_s)
     population = hours.online_s.sum(axis=(0, 1)) / hours.observed_s.sum(axis=(0, 1))
@@ -297,7 +319,8 @@ def fit_availability(availability: Availability, utc_offset_s: np.ndarray) -> Fi
     horizon_s = availability.horizon_s
     if not math.isfinite(horizon_s):
         horizon_s = _days_to_last_start(t_on)
-    return fit_habits(device, t_on, t_off, utc_offset_s, horizon_s)
+    return fit_habits(device, t_on, t_off, utc_offset_s, horizon_s,
+                      source="population.availability")
 
 
 def _days_to_last_start(t_on_s: np.ndarray) -> float:
@@ -316,7 +339,10 @@ def fit_trace(path: str | Path, horizon_s: float | None = None) -> FittedHabits:
         raise InputError(f"{path}: the trace holds no online interval")
     if horizon_s is None:
         horizon_s = _days_to_last_start(t_on)
-    return fit_habits(device, t_on, t_off, np.zeros(int(device.max()) + 1), horizon_s)
+    num_devices = int(device.max()) + 1
+    check_fit_size(num_devices, horizon_s, int(device.size), str(path),
+                   f" (client_idx up to {num_devices - 1})")
+    return fit_habits(device, t_on, t_off, np.zeros(num_devices), horizon_s, str(path))
 
 
 # The scenario's checks (simfl.scenario.HabitsConfig): fitted values are clipped into them.

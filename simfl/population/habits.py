@@ -53,6 +53,7 @@ from simfl.scenario import HabitsConfig
 Z_STEP = 0.1  # propensity shifts share a hazard table within 0.1 on the logit scale
 LOG_SESSION_STEP = 0.1  # session means within a factor exp(0.1) of each other
 _QUADRATURE_NODES = 40
+_CLASS_BLOCK = 256  # classes at a time in class_sessions_per_day
 
 
 @dataclass(frozen=True)
@@ -144,14 +145,32 @@ def habit_prob(hour_logits: np.ndarray, shift: np.ndarray, local_s: np.ndarray
     return 1 / (1 + np.exp(-(g + shift)))
 
 
-def class_profiles(habits: Habits) -> tuple[np.ndarray, np.ndarray]:
-    """(C, G) p and dp/du of each class at the diurnal grid's cell midpoints."""
+def class_profiles(habits: Habits, classes: slice = slice(None)
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(C, G) p and dp/du of each class (of ``classes``) at the diurnal grid's cell
+    midpoints."""
     mid = np.arange(GRID_STEP_S / 2, DAY_S, GRID_STEP_S)
-    p = habit_prob(habits.hour_logits, habits.class_shift[:, None], mid[None, :])
+    p = habit_prob(habits.hour_logits, habits.class_shift[classes, None], mid[None, :])
     g = habits.hour_logits
     slope = (np.roll(g, -1) - g) / HOUR_S  # g' on each hour
     dp = p * (1 - p) * slope[(mid // HOUR_S).astype(int)][None, :]
     return p, dp
+
+
+def class_sessions_per_day(habits: Habits) -> np.ndarray:
+    """(C,) each class's expected number of online sessions a day, ``∫ p(u) μ(u) du``
+    over the day: the rate of online -> offline switches, with μ the off-hazard of
+    simfl.population.diurnal.exact_hazards (the device is online with probability p
+    at every u). Classes are taken a block at a time, so this holds less than one of
+    the hazard tables :func:`habit_intervals` builds for all of them."""
+    num_classes = habits.class_shift.shape[0]
+    per_day = np.empty(num_classes)
+    for first in range(0, num_classes, _CLASS_BLOCK):
+        block = slice(first, first + _CLASS_BLOCK)
+        p, dp = class_profiles(habits, block)
+        mu = np.maximum(1.0 / habits.class_session_s[block, None], -dp / p)
+        per_day[block] = (p * mu).sum(axis=1) * GRID_STEP_S
+    return per_day
 
 
 def propensity(habits: Habits) -> np.ndarray:

@@ -35,7 +35,8 @@ FedScale's second 0, or midnight (00:00:00) of the first day in a FLASH file, is
 simulated second ``start_s`` (so a FLASH trace keeps its clock's time of day when
 ``start_s`` is a whole number of days). Without ``horizon_s`` each client's recorded
 span appears once; with it, the pattern is repeated, as both simulators repeat it,
-to cover simulated time [0, horizon_s). Intervals are cut to [0, horizon_s).
+to cover simulated time [0, horizon_s). Intervals are cut to [0, horizon_s). A
+repetition into more than MAX_INTERVALS intervals is refused, counted before any is made.
 """
 
 from __future__ import annotations
@@ -246,30 +247,43 @@ def _sorted_ids(ids: list[str]) -> list[str]:
     return sorted(ids)
 
 
-def _copies(pattern: Pattern, shift_s: float, horizon_s: float | None) -> np.ndarray:
-    """Multiples k of the period at which the shifted pattern is laid down."""
+def _copy_range(pattern: Pattern, shift_s: float, horizon_s: float | None
+                ) -> tuple[float, float]:
+    """(first, end): the multiples k of the period, first <= k < end, at which the
+    shifted pattern is laid down. Floats, so that a period far shorter than the horizon
+    counts its copies (up to inf) without making any."""
     if horizon_s is None:
-        return np.zeros(1)
+        return 0.0, 1.0
     period = pattern.end_s - pattern.start_s
     anchor = pattern.start_s + shift_s
-    first = math.floor(-anchor / period)
-    return np.arange(first, math.ceil((horizon_s - anchor) / period)) * period
+    return float(np.floor(-anchor / period)), float(np.ceil((horizon_s - anchor) / period))
 
 
 def _place(patterns: dict[str, Pattern | None], shift_s: float, horizon_s: float | None,
            path: Path) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
-    """Each client's intervals in simulated time, cut to [0, horizon_s)."""
+    """Each client's intervals in simulated time, cut to [0, horizon_s); refused, before
+    any is made, when they would be more than MAX_INTERVALS."""
     end = math.inf if horizon_s is None else horizon_s
-    ids, ons, offs, total = [], [], [], 0
-    for cid in _sorted_ids(list(patterns)):
-        pattern = patterns[cid]
-        if pattern is None or not pattern.on_s.size:
-            continue
-        copies = _copies(pattern, shift_s, horizon_s)
-        total += copies.size * pattern.on_s.size
-        if total > MAX_INTERVALS:
-            raise InputError(f"{path}: repeating the trace up to --horizon-s gives over "
-                             f"{MAX_INTERVALS:.0e} intervals: shorten the horizon")
+    present = {cid: pattern for cid in _sorted_ids(list(patterns))
+               if (pattern := patterns[cid]) is not None and pattern.on_s.size}
+    ranges = {cid: _copy_range(pattern, shift_s, horizon_s) for cid, pattern in present.items()}
+    counts = {cid: math.inf if math.isnan(last - first)  # copies from -inf to inf
+              else (last - first) * present[cid].on_s.size
+              for cid, (first, last) in ranges.items()}
+    total = sum(counts.values())
+    if total > MAX_INTERVALS:
+        cid = max(counts, key=lambda c: counts[c])
+        busiest = present[cid]
+        repeated = ("the trace" if horizon_s is None else
+                    f"repeating the trace up to --horizon-s {horizon_s:g}")
+        raise InputError(
+            f"{path}: {repeated} gives about {total:.3g} intervals (limit "
+            f"{MAX_INTERVALS:.0e}); client {cid!r} has {counts[cid]:.3g} of them "
+            f"({busiest.on_s.size} per period of {busiest.end_s - busiest.start_s:.3g} s): "
+            "shorten the horizon")
+    ids, ons, offs = [], [], []
+    for cid, pattern in present.items():
+        copies = np.arange(*ranges[cid]) * (pattern.end_s - pattern.start_s)
         on = np.clip((pattern.on_s + shift_s)[None, :] + copies[:, None], 0.0, end).ravel()
         off = np.clip((pattern.off_s + shift_s)[None, :] + copies[:, None], 0.0, end).ravel()
         if np.any(on < off):

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from simfl.errors import InputError
-from simfl.population.availability import Availability
+from simfl.population.availability import Availability, check_work_bytes
 from simfl.population.trace import read_trace
 
 DAY_S = 86400.0
@@ -35,6 +35,12 @@ HOUR_S = 3600.0
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 STATISTICS = ("device online share", "session length (s)", "gap length (s)",
               "devices online per day")
+# Peak bytes of availability_stats (check_stats_size) for each interval, device, whole
+# day of the window and day a device is online (its arrays and their temporaries).
+_BYTES_PER_INTERVAL = 96
+_BYTES_PER_DEVICE = 48
+_BYTES_PER_DAY = 24
+_BYTES_PER_DEVICE_DAY = 80
 SUMMARY_SCHEMA = {"statistic": pl.String, "count": pl.Int64, "mean": pl.Float64,
                   **{f"q{round(q * 100):02d}": pl.Float64 for q in QUANTILES}}
 
@@ -112,12 +118,37 @@ def _per_day(device: np.ndarray, on: np.ndarray, off: np.ndarray, end_s: float,
     return np.bincount(pairs // num_devices, minlength=num_days)
 
 
+def check_stats_size(t_on_s: np.ndarray, t_off_s: np.ndarray, num_devices: int,
+                     end_s: float, source: str, devices: str = "") -> None:
+    """InputError (one line) when :func:`availability_stats` of these intervals would
+    take more than MAX_WORK_BYTES, estimated before it allocates from what its arrays
+    scale with: the intervals, the devices (their online shares), the window's whole
+    days and the (device, day) pairs of the devices online per day, each interval one
+    for every day it touches. ``source`` names the trace or key, ``devices`` where
+    ``num_devices`` comes from."""
+    num_days = float(end_s // DAY_S)
+    on, off = np.clip(t_on_s, 0.0, end_s), np.clip(t_off_s, 0.0, end_s)
+    days_touched = np.minimum(np.ceil(off / DAY_S) - 1, num_days - 1) - np.floor(on / DAY_S) + 1
+    pairs = float(np.sum(np.maximum(days_touched, 0.0)[on < off]))
+    terms = {f"its {on.size} intervals": _BYTES_PER_INTERVAL * on.size,
+             f"{num_devices} device{'s' * (num_devices != 1)}{devices}":
+                 _BYTES_PER_DEVICE * float(num_devices),
+             f"{num_days:.3g} whole days (to {end_s:.3g} s)": _BYTES_PER_DAY * num_days,
+             f"the devices online per day ({pairs:.3g} device-days)":
+                 _BYTES_PER_DEVICE_DAY * pairs}
+    top = max(terms, key=lambda k: terms[k])
+    check_work_bytes(sum(terms.values()), f"{source}: statistics over {top}")
+
+
 def availability_stats(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
                        num_devices: int, end_s: float,
-                       utc_offset_s: np.ndarray | None = None) -> AvailabilityStats:
+                       utc_offset_s: np.ndarray | None = None,
+                       source: str = "availability") -> AvailabilityStats:
     """Statistics (module docstring) of online intervals sorted by (device, t_on_s),
     a device's intervals disjoint, as ``read_trace`` and ``Availability.intervals``
-    give them; ``utc_offset_s`` (num_devices,) makes the hours local."""
+    give them; ``utc_offset_s`` (num_devices,) makes the hours local. InputError,
+    naming ``source``, where they would take too much memory (:func:`check_stats_size`)."""
+    check_stats_size(t_on_s, t_off_s, num_devices, end_s, source)
     on, off = np.clip(t_on_s, 0.0, end_s), np.clip(t_off_s, 0.0, end_s)
     keep = on < off
     device, on, off = device[keep], on[keep], off[keep]
@@ -138,12 +169,22 @@ def availability_stats(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarr
 def trace_file_stats(path: Path, num_devices: int | None = None) -> AvailabilityStats:
     """Statistics of a trace file over [0, its latest finite switch time), hours in UTC;
     ``num_devices`` counts the devices never online too (default: the highest
-    client_idx + 1: a trace names only devices that are online at some time)."""
+    client_idx + 1: a trace names only devices that are online at some time). InputError
+    where they would take too much memory, judged before they are made (for a
+    ``num_devices`` beyond it, before the trace is read)."""
+    if num_devices is not None:
+        check_work_bytes(_BYTES_PER_DEVICE * float(num_devices),
+                         f"{path}: statistics of num_devices = {num_devices} devices "
+                         "(--num-devices)")
     device, on, off = read_trace(path, num_devices)
     if not device.size:
         raise InputError(f"{path}: the trace holds no online interval")
     count = int(device.max(initial=-1)) + 1 if num_devices is None else num_devices
-    return availability_stats(device, on, off, count, window_end(on, off))
+    end_s = window_end(on, off)
+    check_stats_size(on, off, count, end_s, str(path),
+                     " (--num-devices)" if num_devices is not None else
+                     f" (client_idx up to {count - 1})")
+    return availability_stats(device, on, off, count, end_s, source=str(path))
 
 
 def model_stats(availability: Availability, utc_offset_s: np.ndarray) -> AvailabilityStats:
@@ -151,4 +192,5 @@ def model_stats(availability: Availability, utc_offset_s: np.ndarray) -> Availab
     [0, its horizon), hours local to each device's UTC offset."""
     device, on, off = availability.intervals()
     return availability_stats(device, on, off, availability.num_devices,
-                              window_end(on, off, availability.horizon_s), utc_offset_s)
+                              window_end(on, off, availability.horizon_s), utc_offset_s,
+                              source="population.availability")

@@ -32,7 +32,7 @@ import numpy as np
 
 from simfl.errors import InputError
 from simfl.quantile.estimators import Cohort, Estimate, Estimator, StatefulEstimator
-from simfl.quantile.panel import EstimatorContext, _estimator
+from simfl.quantile.panel import EstimatorContext, make_estimator
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def shifted(ctx: EstimatorContext) -> Shifted:
     must keep no state across rounds (its η̂ at a shifted level would be another
     estimator's state)."""
     cfg = ctx.cfg.shifted
-    base = _estimator(cfg.base, ctx)
+    base = make_estimator(cfg.base, ctx, "estimator.shifted.base")
     if isinstance(base, StatefulEstimator):
         raise InputError(f"'estimator.shifted.base' = {cfg.base!r} keeps state across "
                          f"rounds; shifted wraps an estimator without memory "

@@ -37,13 +37,14 @@ up to the bias by construction; their sizes say which cause dominates. For
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from simfl.errors import InputError
-from simfl.plugins import ESTIMATORS, build
+from simfl.plugins import ESTIMATORS, broke, build
 from simfl.quantile.estimators import (
     IPW,
     CheckIns,
@@ -134,31 +135,71 @@ def _known(rates: OnlineRates | None) -> OnlineRates:
     return rates
 
 
-def _estimator(name: str, ctx: EstimatorContext) -> Estimator | StatefulEstimator:
+def make_estimator(name: str, ctx: EstimatorContext, key: str = "estimator.name"
+               ) -> Estimator | StatefulEstimator:
     """The estimator ``name`` (simfl.plugins.ESTIMATORS) for the run ``ctx`` describes;
-    InputError for a plug-in whose estimator has no ``name`` or ``estimate``, or keeps
-    its state itself (``load_state_dict``) instead of returning it."""
-    plugin = ESTIMATORS.lookup(name, "estimator.name")
-    made = build(plugin, "estimator.name", ctx.cfg, ctx)
+    InputError naming ``key`` for a plug-in whose estimator has no ``name`` (a string) or
+    ``estimate``, whose ``losses_in_clear`` is no bool, or that keeps its state itself
+    (``load_state_dict``) instead of returning it."""
+    plugin = ESTIMATORS.lookup(name, key)
+    made = build(plugin, key, ctx.cfg, ctx)
+    who = f"'{key}' = {name!r} ({plugin.path})"
     if not all(hasattr(made, a) for a in ("name", "losses_in_clear", "estimate")):
-        raise InputError(f"'estimator.name' = {name!r} ({plugin.path}) returned a "
-                         f"{type(made).__name__}, which lacks name, losses_in_clear or "
-                         f"estimate (simfl.quantile.estimators.Estimator)")
+        raise InputError(f"{who} returned a {type(made).__name__}, which lacks name, "
+                         f"losses_in_clear or estimate (simfl.quantile.estimators.Estimator)")
+    if not isinstance(made.name, str) or not isinstance(made.losses_in_clear, bool | np.bool_):
+        raise InputError(f"{who} returned an estimator whose name is {made.name!r} and "
+                         f"losses_in_clear {made.losses_in_clear!r}: a string and a bool "
+                         f"(simfl.quantile.estimators.Estimator)")
     if hasattr(made, "load_state_dict") and not isinstance(made, StatefulEstimator):
-        raise InputError(f"'estimator.name' = {name!r} ({plugin.path}) keeps its state "
-                         f"itself (load_state_dict); an estimator returns it instead: init() "
-                         f"and estimate(cohort, level, rng, state) "
+        raise InputError(f"{who} keeps its state itself (load_state_dict); an estimator "
+                         f"returns it instead: init() and estimate(cohort, level, rng, state) "
                          f"(simfl.quantile.estimators.StatefulEstimator)")
     estimator: Estimator | StatefulEstimator = made
     return estimator
 
 
 def _run(estimator: Estimator | StatefulEstimator, cohort: Cohort, level: float,
-         rng: np.random.Generator, states: dict[str, State]) -> Estimate:
-    """``estimator``'s η̂ on ``cohort``; a stateful one's from its state in ``states``."""
+         rng: np.random.Generator, states: dict[str, State], who: str = "") -> Estimate:
+    """``estimator``'s η̂ on ``cohort``; a stateful one's from its state in ``states``.
+    ``who`` names a plug-in estimator (its key, name and path): what it returns is
+    checked against the contract (:func:`check_estimate`)."""
     if isinstance(estimator, StatefulEstimator):
-        return estimator.estimate(cohort, level, rng, states[estimator.name])
-    return estimator.estimate(cohort, level, rng)
+        made = estimator.estimate(cohort, level, rng, states[estimator.name])
+    else:
+        made = estimator.estimate(cohort, level, rng)
+    if who:
+        check_estimate(made, who)
+    return made
+
+
+def check_estimate(made: object, who: str) -> None:
+    """PluginBroke naming ``who`` unless ``made`` is an Estimate whose threshold is a
+    real number (NaN and ±inf included: the run's health counts those), its exchanges a
+    tuple of Exchange and its secure sums a count: where the panel first receives a
+    plug-in's output, not where the server compares losses with it."""
+    contract = ("estimate(cohort, level, rng) returns a simfl.quantile.estimators.Estimate: "
+                "threshold a number, exchanges a tuple of simfl.quantile.secagg.Exchange, "
+                "secure_sums an int >= 0")
+    if not isinstance(made, Estimate):
+        raise broke(who, f"its estimate returned {_shown(made)}", contract)
+    if not isinstance(made.threshold, numbers.Real) or isinstance(made.threshold, bool):
+        raise broke(who, f"its estimate returned the threshold {_shown(made.threshold)}",
+                    contract)
+    if not (isinstance(made.exchanges, tuple)
+            and all(isinstance(x, Exchange) for x in made.exchanges)):
+        raise broke(who, f"its estimate returned the exchanges {_shown(made.exchanges)}",
+                    contract)
+    if (not isinstance(made.secure_sums, numbers.Integral) or isinstance(made.secure_sums, bool)
+            or made.secure_sums < 0):
+        raise broke(who, f"its estimate returned secure_sums {_shown(made.secure_sums)}",
+                    contract)
+
+
+def _shown(value: object) -> str:
+    """A value as a message shows it: its repr, cut short, and its type."""
+    text = repr(value)
+    return f"{text[:60] + '...' if len(text) > 60 else text} (a {type(value).__name__})"
 
 
 @dataclass
@@ -218,7 +259,19 @@ class EstimatorPanel:
         ctx = EstimatorContext(cfg, num_devices, self.presence.checkins,
                                self.presence.checkins_days, np.asarray(strata, dtype=np.int64),
                                known_rates)
-        self.estimators = [_estimator(name, ctx) for name in names]
+        keys = {name: "estimator.name" if name == cfg.name else
+                f"estimator.shadow[{cfg.shadow.index(name)}]" for name in names}
+        self.estimators = [make_estimator(name, ctx, keys[name]) for name in names]
+        made_names = [e.name for e in self.estimators]
+        if len(set(made_names)) < len(made_names):
+            raise InputError(f"the estimators of 'estimator.name' and 'estimator.shadow' "
+                             f"{list(names)} name themselves {made_names}: each needs its "
+                             f"own name (their rows in bias.parquet go by it)")
+        # the plug-ins among them, by the name they give themselves: their key, name and path
+        self.who = {e.name: f"'{keys[name]}' = {name!r} "
+                            f"({ESTIMATORS.lookup(name, keys[name]).path})"
+                    for name, e in zip(names, self.estimators, strict=True)
+                    if not ESTIMATORS.lookup(name, keys[name]).builtin}
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0
         self.wants_checkins = (self.draws > 0 or any(isinstance(e, IPW | HistoryStratified)
                                                      for e in self.estimators)
@@ -249,7 +302,8 @@ class EstimatorPanel:
         state moves on to the next round (``before`` keeps this round's)."""
         self.before = self.states
         estimates = {e.name: _run(e, cohort, self.level, self.streams.numpy(
-            f"quantile_noise/{e.name}", round_idx), self.before) for e in self.estimators}
+            f"quantile_noise/{e.name}", round_idx), self.before, self.who.get(e.name, ""))
+            for e in self.estimators}
         self.states = {name: estimates[name].state for name in self.states}
         return estimates
 
@@ -314,6 +368,6 @@ class EstimatorPanel:
             draws = [np.sort(rng.choice(pool, size=k, replace=False)) for _ in range(self.draws)]
             means.append(np.array([np.mean([
                 _run(e, Cohort(losses[idx], alpha[idx], idx, cohort.t_s), self.level, rng,
-                     self.before).threshold
+                     self.before, self.who.get(e.name, "")).threshold
                 for idx in draws]) for e in self.estimators]))
         return means[0], means[1]

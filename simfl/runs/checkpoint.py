@@ -23,18 +23,21 @@ simulated time exactly, or the run stops with a :class:`ReplayError`.
 
 ``run_dir/checkpoint/`` holds ``state.pt`` (rounds done, simulated time, the run's
 wall-clock seconds so far, learner state, the Parquet parts committed, the journal's
-length, the last evaluation;
-written last, it is the commit point), ``journal/000000.pkl``, ... (the answers
-since the previous checkpoint, one file per checkpoint) and ``lock`` (held by the
-process working on the run: :func:`simfl.rundir.run_lock`). Files are written atomically
-(:func:`simfl.rundir.write_atomically`). They are pickles: resume only runs you
-trust.
+length, the last evaluation; written last, it is the commit point),
+``journal/000000.pt``, ... (the answers since the previous checkpoint, one file per
+checkpoint), ``progress.json`` (rounds done, simulated time, wall seconds and the
+scenario, for readers without torch: :func:`simfl.rundir.checkpoint_record`) and
+``lock`` (held by the process working on the run: :func:`simfl.rundir.run_lock`).
+Files are written atomically (:func:`simfl.rundir.write_atomically`). The ``.pt`` files
+hold plain data only (:mod:`simfl.runs.plain`) and are read with
+``torch.load(weights_only=True)``: a checkpoint from someone else's run folder cannot
+run code on resume, and a rename of simfl's classes does not change the format.
 """
 
 from __future__ import annotations
 
 import io
-import pickle
+import json
 import signal
 import threading
 from collections.abc import Callable, Container, Iterator
@@ -52,17 +55,21 @@ from simfl.rundir import (
     CHECKPOINT_DIR,
     CHECKPOINT_LAYOUT,
     JOURNAL_DIR,
+    PROGRESS_FILE,
     STATE_FILE,
     checkpoint_record,
+    json_default,
     remove_written,
     write_atomically,
 )
+from simfl.runs.plain import decode, encode
 from simfl.runs.replay import Entry, JournaledLearner, ReplayError
 from simfl.sim.tasks import RoundHook
 from simfl.train.evaluate import CohortEval
 
 # 3: the learner's state as plain data under named keys (Learner.state_dict), no object graph
-FORMAT = 3
+# 4: no pickled object at all (simfl.runs.plain), read with weights_only; progress.json
+FORMAT = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # After a stop signal, how long the round in progress may take to end at a boundary (and
 # write a checkpoint there) before the run stops from its last checkpoint instead.
@@ -83,13 +90,26 @@ class Checkpoint:
 
 
 def _segment_path(directory: Path, index: int) -> Path:
-    return directory / JOURNAL_DIR / f"{index:06d}.pkl"
+    return directory / JOURNAL_DIR / f"{index:06d}.pt"
 
 
 def _remove_segments(directory: Path, keep: int) -> None:
     """Remove the journal files written after the checkpoint (a crash before its commit)."""
-    for path in sorted((directory / JOURNAL_DIR).glob("*.pkl"))[keep:]:
+    for path in sorted((directory / JOURNAL_DIR).glob("[0-9]*.pt"))[keep:]:
         path.unlink()
+
+
+def _save(value: Any) -> bytes:
+    """``value`` as plain data (simfl.runs.plain) in torch's file format."""
+    buffer = io.BytesIO()  # torch's own file writer reports a full disk as a RuntimeError
+    torch.save(encode(value), buffer)
+    return buffer.getvalue()
+
+
+def _load(path: Path, device: torch.device | None = None) -> Any:
+    """What :func:`_save` wrote at ``path``: read with ``weights_only`` (no class is
+    imported or called: a file carrying code is an UnpicklingError), then decoded."""
+    return decode(torch.load(path, map_location=device, weights_only=True))
 
 
 def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
@@ -100,18 +120,25 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> Checkpoint | None:
     if not path.is_file():
         _remove_segments(directory, keep=0)
         return None
+    progress = checkpoint_record(run_dir)  # InputError for an older simfl's checkpoint
+    if progress is None or progress.get("format") != FORMAT:
+        raise InputError(f"{path}: checkpoint format {(progress or {}).get('format')!r}, this "
+                         f"simfl reads format {FORMAT}; remove {run_dir} to run it again from "
+                         f"the start")
     try:
-        state = torch.load(path, map_location=device, weights_only=False)
-        journal = [entry for i in range(state["journal_segments"])
-                   for entry in pickle.loads(_segment_path(directory, i).read_bytes())]
-    except (OSError, EOFError, KeyError, TypeError, pickle.UnpicklingError, RuntimeError) as e:
-        raise InputError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
-    if state.get("format") != FORMAT:
-        raise InputError(f"{path}: checkpoint format {state.get('format')!r}, this simfl "
-                         f"reads format {FORMAT}; remove {run_dir} to run it again from the start")
+        state = _load(path, device)
+        journal = [tuple(entry) for i in range(state["journal_segments"])
+                   for entry in _load(_segment_path(directory, i))]
+    except Exception as e:  # a torn, foreign or hostile file fails in many ways: one line
+        raise InputError(f"{path}: cannot read the checkpoint "
+                         f"({type(e).__name__}: {_first_line(e)})") from None
     _remove_segments(directory, keep=state["journal_segments"])
     return Checkpoint(state["rounds_done"], state["t_s"], state["wall_s"], state["learner"],
                       state["tables"], journal, state["journal_segments"], state["last_eval"])
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else ""
 
 
 def checkpoint_scenario(run_dir: Path) -> dict[str, Any] | None:
@@ -183,15 +210,16 @@ class Checkpointer:
         journal = self.learner.journal
         segment = _segment_path(self.dir, self.num_segments)
         segment.parent.mkdir(parents=True, exist_ok=True)
-        entries = pickle.dumps(journal.recorded, protocol=pickle.HIGHEST_PROTOCOL)
+        entries = _save(journal.recorded)
         write_atomically(segment, lambda tmp: tmp.write_bytes(entries))
-        state = {"format": FORMAT, "rounds_done": rounds_done, "t_s": t_s,
-                 "wall_s": self.wall_s(), "learner": self.learner.state_dict(), "tables": tables,
-                 "journal_segments": self.num_segments + 1, "last_eval": journal.last_eval,
-                 "scenario": self.scenario}
-        buffer = io.BytesIO()  # torch's own file writer reports a full disk as a RuntimeError
-        torch.save(state, buffer)
-        write_atomically(self.dir / STATE_FILE, lambda tmp: tmp.write_bytes(buffer.getvalue()))
+        progress = {"format": FORMAT, "rounds_done": rounds_done, "t_s": t_s,
+                    "wall_s": self.wall_s(), "scenario": self.scenario}
+        state = _save({**progress, "learner": self.learner.state_dict(), "tables": tables,
+                       "journal_segments": self.num_segments + 1,
+                       "last_eval": journal.last_eval})
+        text = json.dumps(progress, default=json_default)
+        write_atomically(self.dir / PROGRESS_FILE, lambda tmp: tmp.write_text(text))
+        write_atomically(self.dir / STATE_FILE, lambda tmp: tmp.write_bytes(state))
         self.num_segments += 1
         self.last_round = rounds_done
         journal.recorded = []

@@ -18,6 +18,7 @@ import torch
 from simfl.aggregate import Aggregator, Selection
 from simfl.data.packed import Clients
 from simfl.errors import RunFailed
+from simfl.quantile.panel import EstimatorPanel
 from simfl.train.evaluate import CohortEval
 from simfl.train.learner import AsyncLearner
 from simfl.train.local import LocalWork
@@ -66,8 +67,9 @@ class JournaledLearner(AsyncLearner):
     while its journal replays, gives them back without computing anything (the server
     cannot tell)."""
 
-    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
-        super().__init__(work, params, aggregator)
+    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator,
+                 panel: EstimatorPanel | None = None, bias_every: int = 0) -> None:
+        super().__init__(work, params, aggregator, panel, bias_every)
         self.journal = Journal()
 
     def selection_weights(self) -> np.ndarray | None:

@@ -26,6 +26,7 @@ from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
 from simfl.errors import InputError, RunFailed, RunInterrupted
 from simfl.metrics import error_summary
+from simfl.plugins import source_sha256
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
@@ -44,6 +45,7 @@ from simfl.rundir import (
     check_output_path,
     check_simfl_run,
     clear_run_dir,
+    drop_complete_lock,
     json_default,
     overwrite_manifest_in_place,
     prepare_run_dir,
@@ -112,20 +114,23 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
 
 def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     """Continue the run in ``run_dir`` from its last checkpoint (from the start if it has
-    none); it ends with the files an uninterrupted run writes. Returns the manifest."""
-    manifest = read_manifest(run_dir)
-    if manifest.get("status") == "complete":
-        raise InputError(f"{run_dir}: the run is already complete")
-    check_output_path(run_dir)
-    # resuming rewrites the run's tables around what else is there
-    check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
-    _check_scenario_unedited(run_dir, manifest)
+    none); it ends with the files an uninterrupted run writes. Returns the manifest.
+
+    The manifest is read again under the run's lock and checked again: another resume may
+    have finished the run while this one built (a finished run is never opened again: it
+    stays as it was, and this one is refused), or stopped it with a longer history (the
+    manifest written back is the one read under the lock)."""
+    manifest = _resumable(run_dir)
     scenario = from_manifest(manifest, str(run_dir / MANIFEST))
+    _check_plugins_unchanged(run_dir, manifest, scenario)
     with torch_threads(scenario.train.threads):
         built = _build(scenario)
-        _check_speed_origin(run_dir, manifest, built.population)
-        _check_inputs(run_dir, manifest, _inputs(scenario, built))
+        inputs = _inputs(scenario, built)
+        _check_built(run_dir, manifest, built, inputs)
         with run_lock(run_dir):
+            manifest = _resumable(run_dir, locked=True, built_from=manifest["scenario"])
+            _check_plugins_unchanged(run_dir, manifest, scenario)
+            _check_built(run_dir, manifest, built, inputs)
             checkpoint = load_checkpoint(run_dir, built.device)
             for ended in ("reason", "health"):  # the last session's; a running run has none
                 manifest.pop(ended, None)
@@ -133,6 +138,37 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
                 {"from_round": checkpoint.rounds_done if checkpoint else 0,
                  "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **_machine(built.device)})
             return _execute(scenario, built, run_dir, manifest, checkpoint, progress)
+
+
+def _resumable(run_dir: Path, locked: bool = False,
+               built_from: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``run_dir``'s manifest, checked for a resume: InputError if the run is complete,
+    is not a simfl run holding only what simfl wrote, or its scenario was edited. Under
+    the lock (``locked``), also if it is not the run of the scenario the resume built
+    (``built_from``: a ``run --overwrite`` replaced it meanwhile); the lock of a run found
+    complete goes again (a complete run has no checkpoint folder)."""
+    manifest = read_manifest(run_dir)
+    if manifest.get("status") == "complete":
+        if locked:
+            drop_complete_lock(run_dir)
+        raise InputError(f"{run_dir}: the run is already complete")
+    if not locked:  # its probe file once is enough
+        check_output_path(run_dir)
+    # resuming rewrites the run's tables around what else is there
+    check_simfl_run(run_dir, manifest, ("; nothing to resume", "; move it out before resuming"))
+    _check_scenario_unedited(run_dir, manifest)
+    if built_from is not None and manifest["scenario"] != built_from:
+        raise InputError(f"{run_dir}: another run replaced this one while the resume "
+                         "prepared (its manifest holds another scenario now); resume again")
+    return manifest
+
+
+def _check_built(run_dir: Path, manifest: dict[str, Any], built: _Built,
+                 inputs: dict[str, str | None]) -> None:
+    """InputError when what the resume built differs from what the run started with:
+    device speeds from elsewhere, other data or another trace."""
+    _check_speed_origin(run_dir, manifest, built.population)
+    _check_inputs(run_dir, manifest, inputs)
 
 
 @contextmanager
@@ -179,9 +215,17 @@ def _build(scenario: Scenario) -> _Built:
     params = initial_params(model, streams.seed("init"), dtype, scenario.model.init).to(device)
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
                      streams, scenario.eval.class_major)
-    learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator))
-    return _Built(streams, device, learner, _population(scenario, data, streams),
-                  params.clone())
+    population = _population(scenario, data, streams)
+    panel = None
+    if scenario.aggregator.name == "deltafl":  # its threshold from the estimator panel
+        panel = EstimatorPanel(scenario.estimator, scenario.aggregator.theta,
+                               data.train.num_clients, streams,
+                               strata=population.devices.region_idx,
+                               known_rates=known_rates(scenario.population.availability,
+                                                       population.devices, population.habits))
+    learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator), panel,
+                               scenario.estimator.bias_every)
+    return _Built(streams, device, learner, population, params.clone())
 
 
 def check_feasible(scenario: Scenario, data: FederatedData) -> None:
@@ -395,13 +439,6 @@ def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: b
         if rounds_done % scenario.eval.every == 0 or rounds_done == num_rounds:
             evaluate(rounds_done, t_s)
 
-    if scenario.aggregator.name == "deltafl":
-        panel = EstimatorPanel(scenario.estimator, scenario.aggregator.theta,
-                               learner.data.train.num_clients, streams,
-                               strata=population.devices.region_idx,
-                               known_rates=known_rates(scenario.population.availability,
-                                                       population.devices, population.habits))
-        learner.use_estimators(panel, scenario.estimator.bias_every)
     evaluate(0, 0.0)
     devices = population.devices
     fleet = Fleet(population.availability, devices.train_s_per_sample,
@@ -463,6 +500,27 @@ def _check_scenario_unedited(run_dir: Path, manifest: dict[str, Any]) -> None:
                      "with; restore it, or start a new run with the new values")
 
 
+def _check_plugins_unchanged(run_dir: Path, manifest: dict[str, Any],
+                             scenario: Scenario) -> None:
+    """InputError naming the first user plug-in whose module is not the one the run
+    started with (the sha256 of its file, recorded at the start in ``plugin_sha256``,
+    differs): the rounds after the checkpoint would run other code than those before.
+    Only the module's own file counts, not what it imports. Manifests from before this
+    record are not checked (the resume goes on), nor a plug-in whose module had no file."""
+    recorded = manifest.get("plugin_sha256") or {}
+    for key, plugin in plugins_of(scenario, str(run_dir / MANIFEST)).items():
+        then = recorded.get(key)
+        if plugin.builtin or then is None:
+            continue
+        now = source_sha256(plugin.path)
+        if now != then:
+            where = f" ({plugin.path})" if plugin.path != plugin.name else ""
+            raise InputError(f"{run_dir}: plug-in '{key}' = {plugin.name!r}{where} changed "
+                             f"since the run started (sha256 of its module's file "
+                             f"{then[:12]} then, {str(now)[:12]} now): resume with the code "
+                             "it started with, or start a new run")
+
+
 def _inputs(scenario: Scenario, built: _Built) -> dict[str, str | None]:
     """What the run reads besides its scenario: the data's fingerprint (device ids,
     sample counts, labels) and the availability trace's sha256 (None: no trace)."""
@@ -487,6 +545,8 @@ def _check_inputs(run_dir: Path, manifest: dict[str, Any], now: dict[str, str | 
 
 
 def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
+    user_plugins = {key: plugin for key, plugin in plugins_of(scenario).items()
+                    if not plugin.builtin}
     versions: dict[str, str | None] = {}
     for package in PACKAGES:
         try:
@@ -504,8 +564,10 @@ def _manifest(scenario: Scenario, built: _Built) -> dict[str, Any]:
         "device_speeds": built.population.devices.speed_origin,
         "inputs": _inputs(scenario, built),
         # each plug-in's import path and the version of the package providing it
-        "plugins": {key: plugin.record() for key, plugin in plugins_of(scenario).items()
-                    if not plugin.builtin},
+        "plugins": {key: plugin.record() for key, plugin in user_plugins.items()},
+        # the sha256 of each one's module file: resume refuses other code
+        "plugin_sha256": {key: source_sha256(plugin.path)
+                          for key, plugin in user_plugins.items()},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

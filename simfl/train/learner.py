@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from simfl.aggregate import Aggregator, Combined, RoundInputs, Selection
-from simfl.aggregate.base import State
+from simfl.aggregate.base import State, checked_combined, checked_sampling, checked_selection
 from simfl.data.packed import Clients, FederatedData
 from simfl.errors import RunFailed
 from simfl.quantile.panel import EstimatorPanel
@@ -69,11 +69,16 @@ class GlobalModel:
 
 
 class Learner:
-    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator) -> None:
+    def __init__(self, work: LocalWork, params: torch.Tensor, aggregator: Aggregator,
+                 panel: EstimatorPanel | None = None, bias_every: int = 0) -> None:
+        """``panel``: the estimators that set Δ-FL's threshold (bias rows every
+        ``bias_every`` rounds: see PanelFilter); None: the rule selects."""
         self.work, self.aggregator = work, aggregator
         self.model = GlobalModel(params, aggregator.init(work.data.train.num_samples))
-        # who trains: the rule, or Δ-FL's panel once use_estimators gives it one
-        self.filter: RuleSelection | PanelFilter = RuleSelection(aggregator)
+        # who trains: the rule, or Δ-FL's filter from the panel
+        self.filter: RuleSelection | PanelFilter = (
+            RuleSelection(aggregator) if panel is None
+            else PanelFilter(panel, bias_every, work.data.train.num_samples.mean()))
 
     @property
     def data(self) -> FederatedData:
@@ -104,8 +109,9 @@ class Learner:
 
     def selection_weights(self) -> np.ndarray | None:
         """(N,) relative chances of the training devices to be selected; None: uniform."""
-        return self.aggregator.sampling(self.model.aggregator_state,
-                                        self.data.train.num_samples)
+        return checked_sampling(self.aggregator, self.aggregator.sampling(
+            self.model.aggregator_state, self.data.train.num_samples),
+            self.data.train.num_clients)
 
     def num_samples(self, client_idx: np.ndarray) -> np.ndarray:
         return self.data.train.num_samples[client_idx]
@@ -115,10 +121,6 @@ class Learner:
 
     def lr(self, round_idx: int) -> float:
         return self.work.lr(round_idx)
-
-    def use_estimators(self, panel: EstimatorPanel, bias_every: int) -> None:
-        """Let ``panel`` set the Δ-FL threshold (bias rows: see PanelFilter)."""
-        self.filter = PanelFilter(panel, bias_every, self.data.train.num_samples.mean())
 
     def observe_online(self, t_s: float, client_idx: np.ndarray) -> None:
         self.filter.observe_online(t_s, client_idx)
@@ -130,12 +132,14 @@ class Learner:
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
                t_s: float) -> tuple[Selection, BiasColumns | None]:
         """Which cohort clients train, from their reported losses F_k(w_t), and the round's
-        bias.parquet rows (None without an estimator panel) for the server to write."""
+        bias.parquet rows (None without an estimator panel) for the server to write. A
+        rule's answer that breaks its contract is a PluginBroke (simfl.plugins)."""
         train = self.data.train
-        return self.filter.select(
+        selection, bias = self.filter.select(
             losses, self.num_samples(client_idx).astype(np.float64), client_idx, round_idx,
             t_s, lambda: (self.work.losses(self.model.params),
                           train.num_samples.astype(np.float64)))
+        return checked_selection(self.aggregator, selection, len(losses)), bias
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         """Sync round ``round_idx`` (= the model version): local training of the given
@@ -169,7 +173,8 @@ class Learner:
                 client_idx=np.asarray(client_idx), lr=self.lr(model.version),
                 loss_of=self.work.losses, rng=self.work.streams.numpy("aggregate", model.version),
                 losses=np.asarray(losses, dtype=np.float64), scales=scales)
-            combined = self.aggregator.combine(model.params, inputs, model.aggregator_state)
+            combined = checked_combined(self.aggregator, self.aggregator.combine(
+                model.params, inputs, model.aggregator_state), model.params)
         model.advance(combined, nonfinite)
 
     def state_dict(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from simfl.errors import InputError
 from simfl.plugins import MODELS, build
 from simfl.scenario import ModelConfig
 
@@ -118,13 +119,25 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
                 bias: bool = True, params: Mapping[str, Any] | None = None) -> nn.Module:
     """The model ``name`` (simfl.plugins.MODELS: linear, convnet, gru or a plug-in) with
     its hyper-parameters ``params``; ``bias=False`` (linear only) drops the linear
-    model's intercept."""
+    model's intercept. A plug-in's module without parameters, or with parameters that are
+    not floating-point tensors, is an InputError naming it: training moves a model's
+    parameters, and a run starts from them (:func:`initial_params`)."""
     plugin = MODELS.lookup(name, "model.name")
     if not bias and "bias" not in plugin.keys:
         raise ValueError(f"bias=False is for the linear model, not {name!r}")
     cfg = ModelConfig(name=name, bias=bias, params=dict(params or {}))
     model: nn.Module = build(plugin, "model.name", cfg, tuple(input_shape), num_classes,
                              expect=nn.Module)
+    if not plugin.builtin:
+        named = list(model.named_parameters())
+        odd = [n for n, p in named if not p.is_floating_point()]
+        if not named or odd:
+            what = (f"whose parameters {odd} are not floating-point" if odd else
+                    "without parameters")
+            raise InputError(f"'model.name' = {name!r} ({plugin.path}) returned a "
+                             f"{type(model).__name__} {what}: a model plug-in returns a "
+                             f"torch.nn.Module whose floating-point parameters training moves "
+                             f"(docs/extending.md)")
     return model
 
 

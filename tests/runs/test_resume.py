@@ -41,11 +41,10 @@ from simfl.data import FederatedData, load_data
 from simfl.plots.runs import plot_run
 from simfl.plots.study import plot_run_bias
 from simfl.quantile.estimators import Cohort
-from simfl.quantile.panel import EstimatorPanel
 from simfl.records import TableWriter, read_table
 from simfl.rng import Streams
 from simfl.rundir import CHECKPOINT_DIR, PARTS_DIR, RUN_PLOTS, STATE_FILE
-from simfl.runs import checkpoint, replay
+from simfl.runs import checkpoint, plain, replay
 from simfl.scenario import AggregatorConfig, DataConfig, from_dict
 from simfl.sim import interface
 from simfl.sim.server import LearnerLike
@@ -166,7 +165,11 @@ def assert_same_files(got: Path, want: Path) -> None:
 
 def checkpoint_state(run_dir: Path) -> dict[str, Any]:
     path = run_dir / CHECKPOINT_DIR / STATE_FILE
-    return dict(torch.load(path, weights_only=False))
+    return dict(plain.decode(torch.load(path, weights_only=True)))
+
+
+def save_checkpoint_state(run_dir: Path, state: dict[str, Any]) -> None:
+    torch.save(plain.encode(state), run_dir / CHECKPOINT_DIR / STATE_FILE)
 
 
 def assert_committed_prefix(run_dir: Path, baseline: Path) -> None:
@@ -292,24 +295,33 @@ def test_sigkill_while_committing_a_checkpoint_resumes_from_the_previous_one(
     state = checkpoint_state(out)
     assert state["rounds_done"] == 2 and state["journal_segments"] == 1
     # the second checkpoint's parts and journal are on disk, uncommitted
-    assert (out / CHECKPOINT_DIR / "journal" / "000001.pkl").is_file()
+    assert (out / CHECKPOINT_DIR / "journal" / "000001.pt").is_file()
     assert len(list((out / PARTS_DIR / "rounds").glob("*.parquet"))) == 2
     assert state["tables"]["rounds"].num_parts == 1
-    # no class of the run machinery is pickled: moving its modules keeps checkpoints readable
-    assert not [name for name in pickled_strings(out) if name.startswith("simfl.runs")]
+    # no class of simfl is pickled: every global the checkpoint files name is torch's
+    # tensor rebuilding (what weights_only allows), so moving or renaming simfl's classes
+    # keeps checkpoints readable and reading one runs nothing it names
+    assert {g.split()[0] for g in pickled_globals(out)} <= {"torch._utils", "torch",
+                                                             "collections"}
     assert resume(out) == 0
     assert_same_files(out, baseline)
 
 
-def pickled_strings(run_dir: Path) -> set[str]:
-    """Every string a run's checkpoint files hold, the modules of the classes they name
-    included."""
+def pickled_globals(run_dir: Path) -> set[str]:
+    """Every global ("module name") the pickles inside a run's checkpoint files name."""
     directory = run_dir / CHECKPOINT_DIR
-    with zipfile.ZipFile(directory / STATE_FILE) as archive:
-        pickles = [archive.read(n) for n in archive.namelist() if n.endswith("/data.pkl")]
-    pickles += [path.read_bytes() for path in sorted((directory / "journal").glob("*.pkl"))]
-    return {arg for data in pickles for op, arg, _ in pickletools.genops(data)
-            if op.name in ("GLOBAL", "SHORT_BINUNICODE", "BINUNICODE", "UNICODE")}
+    files = [directory / STATE_FILE, *sorted((directory / "journal").glob("*.pt"))]
+    found: set[str] = set()
+    for path in files:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.endswith("/data.pkl"):
+                    ops = list(pickletools.genops(archive.read(name)))
+                    found |= {str(arg) for op, arg, _ in ops if op.name == "GLOBAL"}
+                    # protocol 2+: STACK_GLOBAL takes the two strings before it
+                    strings = [arg for op, arg, _ in ops if "UNICODE" in op.name]
+                    assert not any(op.name == "STACK_GLOBAL" for op, _, _ in ops), strings
+    return found
 
 
 def interrupt_round_3(patch: pytest.MonkeyPatch) -> None:
@@ -576,7 +588,7 @@ def test_a_replay_that_does_not_retrace_the_run_fails(interrupted: Path, copy_of
     out = copy_of(interrupted)
     state = checkpoint_state(out)
     state["t_s"] += 1.0  # as if the engine had changed since the checkpoint
-    torch.save(state, out / CHECKPOINT_DIR / STATE_FILE)
+    save_checkpoint_state(out, state)
     capsys.readouterr()
     assert resume(out) == 1
     err = capsys.readouterr().err
@@ -600,10 +612,13 @@ def test_resume_refuses_bad_run_directories(interrupted: Path, baseline: Path, c
     with (out / CHECKPOINT_DIR / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a process still working on the run
         refused(out, "another process is working on this run")
-    state = checkpoint_state(out)
-    state["format"] = checkpoint.FORMAT - 1  # written by an older simfl
-    torch.save(state, out / CHECKPOINT_DIR / STATE_FILE)
+    progress_file = out / CHECKPOINT_DIR / "progress.json"
+    progress = json.loads(progress_file.read_text())
+    progress_file.write_text(json.dumps({**progress, "format": checkpoint.FORMAT - 1}))
     refused(out, f"this simfl reads format {checkpoint.FORMAT}; remove {out} to run it again")
+    progress_file.unlink()  # an older simfl's checkpoint: state.pt alone
+    refused(out, "a checkpoint of an older simfl")
+    progress_file.write_text(json.dumps(progress))
     (out / CHECKPOINT_DIR / STATE_FILE).write_bytes(b"torn")
     refused(out, "state.pt: cannot read the checkpoint")
     assert manifest(out)["status"] == "interrupted"  # refusals change nothing
@@ -744,11 +759,7 @@ DELTA_FL = {"data": {"synthetic": {"num_clients": 12}},
 
 def _delta_fl_learner(seed: int = 0) -> Learner:
     """A run's learner with its estimator panel wired, as simfl.runs.run wires it."""
-    scenario = from_dict({**DELTA_FL, "seed": seed})
-    learner = simfl.runs.run._build(scenario).learner
-    num_train = learner.data.train.num_clients  # 6 of the 12
-    learner.use_estimators(EstimatorPanel(scenario.estimator, 0.5, num_train, Streams(seed)), 0)
-    return learner
+    return simfl.runs.run._build(from_dict({**DELTA_FL, "seed": seed})).learner
 
 
 def test_learner_state_is_plain_data_under_named_keys() -> None:

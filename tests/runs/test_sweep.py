@@ -810,3 +810,29 @@ def test_archiving_again_replaces_the_earlier_archive(two_runs: Path, tmp_path: 
     assert {f.parent.name for f, t in stamps.items()
             if f.is_file() and f.stat().st_mtime_ns != t} == {"seed=1"}
     assert not list(kept.rglob("*.tmp"))
+
+
+def test_a_run_another_process_finishes_while_this_one_resumes_it_is_complete_not_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """resume refuses a run found complete under its lock (InputError): the sweep says the
+    other process completed it; any other InputError is still that run's failure."""
+    import simfl.runs.sweep.execute
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, SWEEP.replace("seeds = [0, 1]", "seeds = [0]"))
+    finished, broken = load_sweep(path).runs[:2]
+
+    def resumed_too_late(scenario: Path, overrides: tuple[str, ...], run_dir: Path,
+                         progress: bool) -> str:
+        run_dir.mkdir(parents=True)
+        if run_dir == finished.run_dir:  # the other process completed it meanwhile
+            (run_dir / "manifest.json").write_text(json.dumps({"status": "complete"}))
+            raise InputError(f"{run_dir}: the run is already complete")
+        raise InputError(f"{run_dir}: something else")
+
+    monkeypatch.setattr(simfl.runs.sweep.execute, "_run_one", resumed_too_late)
+    main(["sweep", str(path), "--backend", "sequential", "--quiet"])
+    out = capsys.readouterr().out
+    assert f"{finished.run_id}: complete (by another process)" in out
+    assert f"{broken.run_id}: failed: InputError: " in out and "something else" in out

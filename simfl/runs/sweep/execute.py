@@ -4,6 +4,8 @@ the run machinery (:mod:`simfl.runs.run`, torch); the rest of :mod:`simfl.runs.s
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -82,6 +84,9 @@ def _run_in_turn(run: SweepRun, scenario: Path, counter: str, report: Callable[[
             status = f"failed: {e}"
         except RunBusy:  # another process took the run since run_locked looked
             status = BUSY
+        except InputError as e:  # another process may have finished it since
+            status = ("complete (by another process)" if is_complete(run.run_dir)
+                      else f"failed: InputError: {e}")
         except Exception as e:  # a crash is one failed run, as a Ray task's is
             status = f"failed: {type(e).__name__}: {e}"
     report(f"{counter} {run.run_id}: {status}")
@@ -131,10 +136,24 @@ def _check_run_dirs(sweep: Sweep, pending: Sequence[SweepRun]) -> None:
 
 def _run_ray(sweep: Sweep, pending: list[SweepRun],
              report: Callable[[str], None]) -> dict[str, str]:
+    """The pending runs as Ray tasks. A local instance's CPUs are this machine's, so
+    ``[ray] num_cpus`` beyond them is refused before Ray starts; Ray's own errors (it
+    cannot start or reach its cluster, a worker dies) are one line each, not its
+    traceback."""
     import ray  # an optional extra, installed when this backend was chosen
 
-    ray.init(address=sweep.ray_address or None, ignore_reinit_error=True,
-             include_dashboard=False, log_to_driver=False)
+    if not sweep.ray_address:
+        # the one node a local instance has: this machine's CPUs (its GPUs Ray counts)
+        check_ray_fits(sweep, [{"CPU": float(os.cpu_count() or 1), "GPU": math.inf}])
+    try:
+        ray.init(address=sweep.ray_address or None, ignore_reinit_error=True,
+                 include_dashboard=False, log_to_driver=False)
+    except Exception as e:  # Ray's own: a node that timed out starting, no cluster there
+        where = f"reach the Ray cluster at {sweep.ray_address!r}" if sweep.ray_address \
+            else "start a local Ray instance"
+        raise InputError(f"sweep '{sweep.name}': could not {where} ({_one_line(e)}) (no "
+                         f"run was started; --backend sequential runs them in this "
+                         f"process)") from None
     statuses: dict[str, str] = {}
     try:
         check_ray_fits(sweep, [node["Resources"] for node in ray.nodes() if node["Alive"]])
@@ -151,11 +170,19 @@ def _run_ray(sweep: Sweep, pending: list[SweepRun],
             except ray.exceptions.RayTaskError as e:
                 statuses[run_id] = BUSY if isinstance(e.cause, RunBusy) else \
                     f"failed: {e.cause!r}"
+            except ray.exceptions.RayError as e:  # its worker died (out of memory, killed)
+                statuses[run_id] = f"failed: {_one_line(e)}"
             report(f"[{len(statuses)}/{len(pending)}] {run_id}: {statuses[run_id]}")
     finally:
         if not sweep.ray_address:
             ray.shutdown()  # the local instance this call started
     return statuses
+
+
+def _one_line(e: BaseException) -> str:
+    """An error of Ray's on one line: its type and its message's first line."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".strip()
 
 
 def finished(statuses: dict[str, str]) -> bool:
