@@ -536,10 +536,12 @@ def _scenario_population(args: argparse.Namespace) -> Population | None:
         if args.set:
             raise InputError("--set is for a scenario (.toml), not a trace")
         return None
+    from simfl.runs.memory import population_only
     from simfl.runs.run import scenario_population
     from simfl.scenario import load_scenario
 
-    return scenario_population(load_scenario(args.source, args.set))
+    with population_only():  # the memory guard counts building the population alone
+        return scenario_population(load_scenario(args.source, args.set))
 
 
 def _trace_stats(args: argparse.Namespace) -> int:

@@ -159,7 +159,8 @@ def crossings(runs: pl.DataFrame, outcome: str = "test_p90", amount: float = POI
             point = crossing(offsets[mask], diffs[:, mask].mean(axis=0), amount)
             boot = [crossing(offsets[mask], diffs[rng.integers(0, len(diffs), len(diffs))][
                 :, mask].mean(axis=0), amount) for _ in range(draws)]
-            low, high = np.percentile(boot, [2.5, 97.5], method="inverted_cdf")
+            with np.errstate(invalid="ignore"):  # inf - inf: a crossing beyond the grid
+                low, high = np.percentile(boot, [2.5, 97.5], method="inverted_cdf")
             rows.append({"theta": theta, "side": side, "seeds": len(diffs),
                          "offset_nats": point, "low": float(low), "high": float(high)})
     return pl.DataFrame(rows)
@@ -200,8 +201,9 @@ def report(runs: pl.DataFrame) -> list[str]:
         "theta", "level_shift", "offset_nats", descending=[True, False, False])
     for r in means.iter_rows(named=True):
         failed = ", ".join(map(str, r["failed"])) or "none"
+        values = " | ".join("—" if r[o] is None else f"{r[o]:.4f}" for o in OUTCOMES)
         lines.append(f"| {r['theta']:g} | {r['offset_nats']:+g} | {r['complete']} | {failed} | "
-                     f"{r['test_p90']:.4f} | {r['test_mean']:.4f} | {r['kept_share']:.4f} |")
+                     f"{values} |")
     return lines
 
 
