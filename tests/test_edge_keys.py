@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from simfl.cli import main
 from simfl.errors import InputError
 from simfl.runs.memory import LIMIT_ENV, check_memory, estimate
 from simfl.scenario import MAX_MM_ITERATIONS, MIN_MM_TOL, from_dict, load_scenario
+from tests.test_bad_input import cli
 
 HUGE = 2**62  # 4611686018427387904
 TINY = """
@@ -42,13 +41,6 @@ def scenario(tmp_path: Path) -> Path:
     return path
 
 
-def _cli(args: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, float]:
-    capsys.readouterr()
-    start = time.monotonic()
-    code = main([str(a) for a in args])
-    return code, capsys.readouterr().err, time.monotonic() - start
-
-
 @pytest.mark.parametrize("sets, named", [
     ([f"estimator.secure_mm.iterations={HUGE}", "estimator.secure_mm.tol=5e-324"],
      f"'estimator.secure_mm.iterations' = {HUGE} must be in [1, {MAX_MM_ITERATIONS}]"),
@@ -69,14 +61,14 @@ def test_secure_mm_keys_out_of_range_are_one_line_exit_2(
                           "--set", "estimator.name=secure_mm"]
     for s in sets:
         args += ["--set", s]
-    code, err, wall_s = _cli(args, capsys)
+    code, err, wall_s = cli(args, capsys)
     assert code == 2 and err.count("\n") == 1 and named in err, err
     assert wall_s < 10 and not out.exists()
 
 
 def test_secure_mm_keys_at_their_bounds_run(scenario: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    code, err, _ = _cli([scenario, "--out", tmp_path / "run", "--quiet",
+    code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet",
                          "--set", "estimator.name=secure_mm",
                          "--set", f"estimator.secure_mm.iterations={MAX_MM_ITERATIONS}",
                          "--set", f"estimator.secure_mm.tol={MIN_MM_TOL}"], capsys)
@@ -108,7 +100,7 @@ def test_a_sweep_asking_more_cpus_than_the_machine_has_is_refused_before_ray_sta
     cpus = (os.cpu_count() or 1) + 1
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP.format(cpus=cpus))
-    code, err, _ = _cli(["sweep", path, "--backend", "ray"], capsys)
+    code, err, _ = cli(["sweep", path, "--backend", "ray"], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert err == (f"simfl: error: {path}: 'ray.num_cpus' = {cpus} but no node of the Ray "
                    f"cluster has more than {os.cpu_count()} CPUs: no run could ever start (no "
@@ -130,7 +122,7 @@ def test_rays_own_failure_to_start_is_one_line(
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP.format(cpus=1))
-    code, err, _ = _cli(["sweep", path, "--backend", "ray"], capsys)
+    code, err, _ = cli(["sweep", path, "--backend", "ray"], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("simfl: error: sweep 'edge': could not start a local Ray instance "
                           "(Exception: The current node timed out during startup.")
@@ -144,7 +136,7 @@ def test_a_huge_batch_of_synthetic_data_costs_what_the_data_holds(
     """A minibatch holds at most a client's samples, an evaluation batch at most a pass's:
     2^62 was refused by the memory guard naming 'server.clients_per_round'."""
     monkeypatch.setenv(LIMIT_ENV, str(4 * 2**30))
-    code, err, _ = _cli([scenario, "--out", tmp_path / "run", "--quiet",
+    code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet",
                          "--set", f"{key}={HUGE}"], capsys)
     assert code == 0, err
 

@@ -15,22 +15,7 @@ import torch
 from simfl.cli import main
 from simfl.rundir import CHECKPOINT_DIR, STATE_FILE
 from simfl.runs.run import scenario_sha256
-
-SCENARIO = """
-seed = 1
-[data.synthetic]
-num_clients = 40
-shared_model = 3.0
-[aggregator]
-name = "deltafl"
-[server]
-num_rounds = 12
-clients_per_round = 6
-[eval]
-every = 6
-[run]
-checkpoint_every = 4
-"""
+from tests.test_bad_input import SCENARIO
 
 
 @pytest.fixture

@@ -324,6 +324,15 @@ def pickled_globals(run_dir: Path) -> set[str]:
     return found
 
 
+def stopped_in_round_3(scenario: Path, out: Path) -> Path:
+    """``scenario`` run into ``out`` and stopped by SIGINT in round 3 (a checkpoint after
+    round 4)."""
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_round_3(patch)
+        assert run(scenario, out) == 128 + signal.SIGINT
+    return out
+
+
 def interrupt_round_3(patch: pytest.MonkeyPatch) -> None:
     """SIGINT as round 3 trains: the run finishes the round, checkpoints, stops."""
     train = Learner.train

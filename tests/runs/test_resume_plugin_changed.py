@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +17,11 @@ import pytest
 from simfl.plugins import source_sha256
 from tests.runs.test_resume import (
     assert_same_files,
-    interrupt_round_3,
     manifest,
     resume,
     resume_refused,
     run,
+    stopped_in_round_3,
     write_scenario,
 )
 
@@ -68,11 +67,7 @@ def baseline(scenario: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def stopped(scenario: Path) -> Path:
-    out = scenario.parent / "stopped"
-    with pytest.MonkeyPatch.context() as patch:
-        interrupt_round_3(patch)
-        assert run(scenario, out) == 128 + signal.SIGINT
-    return out
+    return stopped_in_round_3(scenario, scenario.parent / "stopped")
 
 
 @pytest.fixture

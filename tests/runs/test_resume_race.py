@@ -27,10 +27,10 @@ from simfl.runs.run import scenario_sha256
 from simfl.train.learner import Learner
 from tests.runs.test_resume import (
     assert_same_files,
-    interrupt_round_3,
     manifest,
     resume,
     run,
+    stopped_in_round_3,
     write_scenario,
 )
 
@@ -71,11 +71,7 @@ def baseline(scenario: Path) -> Path:
 @pytest.fixture(scope="module")
 def stopped(scenario: Path) -> Path:
     """The run stopped by SIGINT in round 3, with a checkpoint after round 4."""
-    out = scenario.parent / "stopped"
-    with pytest.MonkeyPatch.context() as patch:
-        interrupt_round_3(patch)
-        assert run(scenario, out) == 128 + signal.SIGINT
-    return out
+    return stopped_in_round_3(scenario, scenario.parent / "stopped")
 
 
 @pytest.fixture
