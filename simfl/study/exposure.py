@@ -1,0 +1,105 @@
+"""The exposure term: devices selected more often are fitted better (docs/dose_response.md).
+
+Under partial participation a device's chance to be in a cohort grows with how often it
+is online, so even when availability has nothing to do with the data, the devices the
+server sees most are the ones the model has trained on most, and their losses fall below
+the population's. This measures it from one run's tables:
+
+- per training device, how many times it was selected before each evaluation, and its
+  loss on its training data at that evaluation (``eval.parquet``, split train);
+- the rank correlation (Spearman) of the two at each evaluation round: negative when
+  the devices selected more are fitted better;
+- the mean loss of the devices by quintile of their selections at the last evaluation.
+
+    python -m simfl.study.exposure RUN_DIR [RUN_DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from simfl.errors import InputError
+from simfl.records import read_table
+
+
+def selections_and_losses(run_dir: Path) -> pl.DataFrame:
+    """Per evaluation round after the first and training device: ``selections`` (rounds
+    before that evaluation in which it was selected), ``aggregated`` (those in which its
+    update was aggregated: what the model was fitted on) and ``loss`` (its training-data
+    loss at the evaluation)."""
+    for table in ("clients", "eval"):
+        if not ((run_dir / f"{table}.parquet").is_file() or (run_dir / "parts" / table).is_dir()):
+            raise InputError(f"{run_dir}: no {table}.parquet (a lean archive keeps none)")
+    clients = read_table(run_dir, "clients").select("round", "client_idx", "status")
+    evals = read_table(run_dir, "eval").filter(
+        (pl.col("split") == "train") & (pl.col("round") > 0)).select("round", "client_idx",
+                                                                     "loss")
+    rounds = evals["round"].unique().sort().to_list()
+    parts = []
+    for r in rounds:
+        counts = clients.filter(pl.col("round") < r).group_by("client_idx").agg(
+            pl.len().cast(pl.Int64).alias("selections"),
+            (pl.col("status") == "aggregated").sum().cast(pl.Int64).alias("aggregated"))
+        at = evals.filter(pl.col("round") == r).join(counts, on="client_idx", how="left")
+        parts.append(at.with_columns(pl.col("selections", "aggregated").fill_null(0)))
+    return pl.concat(parts)
+
+
+def exposure(table: pl.DataFrame) -> pl.DataFrame:
+    """Per evaluation round: Spearman's rank correlation with the loss, over the training
+    devices, of their selections and of their aggregated updates, with two-sided
+    p-values, and the devices counted."""
+    rows = []
+    for (r,), part in table.group_by(["round"], maintain_order=True):
+        loss = part["loss"].to_numpy()
+        rho, p = stats.spearmanr(part["selections"].to_numpy(), loss)
+        rho_agg, p_agg = stats.spearmanr(part["aggregated"].to_numpy(), loss)
+        rows.append({"round": r, "devices": len(part), "spearman": float(rho), "p": float(p),
+                     "spearman_aggregated": float(rho_agg), "p_aggregated": float(p_agg)})
+    return pl.DataFrame(rows).sort("round")
+
+
+def by_quintile(table: pl.DataFrame) -> pl.DataFrame:
+    """At the last evaluation: mean selections and mean loss by quintile of selections
+    (ties broken by device order, so each quintile holds a fifth of the devices)."""
+    last = table.filter(pl.col("round") == table["round"].max()).sort("selections",
+                                                                      "client_idx")
+    quintile = (np.arange(len(last)) * 5 // max(len(last), 1)) + 1
+    return last.with_columns(pl.Series("quintile", quintile)).group_by("quintile").agg(
+        pl.col("selections").mean(), pl.col("aggregated").mean(), pl.col("loss").mean(),
+        pl.len().alias("devices")).sort("quintile")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.exposure",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        for run in args.runs:
+            table = selections_and_losses(run)
+            print(f"## {run}\n\n| round | devices | Spearman(selections, loss) | p | "
+                  "Spearman(aggregated, loss) | p |\n|---|---|---|---|---|---|")
+            for r in exposure(table).iter_rows(named=True):
+                print(f"| {r['round']} | {r['devices']} | {r['spearman']:+.3f} | {r['p']:.2g} | "
+                      f"{r['spearman_aggregated']:+.3f} | {r['p_aggregated']:.2g} |")
+            print("\n| quintile of selections | devices | mean selections | mean aggregated | "
+                  "mean loss |\n|---|---|---|---|---|")
+            for q in by_quintile(table).iter_rows(named=True):
+                print(f"| {q['quintile']} | {q['devices']} | {q['selections']:.2f} | "
+                      f"{q['aggregated']:.2f} | {q['loss']:.4f} |")
+            print()
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
