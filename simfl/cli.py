@@ -40,7 +40,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m simfl", description="Run a scenario.")
+    parser = _Parser(prog="python -m simfl [run]",
+                     description="Run a scenario ('run' may be left out).")
     parser.add_argument("scenario", type=Path, help="scenario TOML file")
     parser.add_argument("--out", type=_output_path, help="run directory (default results/<name>)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
