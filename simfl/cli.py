@@ -405,7 +405,8 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from simfl.runs.run import resume_run
 
-    return _report(args.run_dir, lambda: resume_run(args.run_dir, progress=not args.quiet))
+    return _report(args.run_dir, lambda: resume_run(args.run_dir, progress=not args.quiet,
+                                                    report=_say))
 
 
 def _report(run_dir: Path, work: Callable[[], dict[str, Any]]) -> int:

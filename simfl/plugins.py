@@ -33,11 +33,14 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, TypeVar
 
 from simfl.errors import InputError, RunFailed
@@ -338,6 +341,40 @@ register_availability = AVAILABILITY.register
 KEYS = {"data.dataset": DATASETS, "model.name": MODELS, "aggregator.name": AGGREGATORS,
         "estimator.name": ESTIMATORS, "estimator.shadow": ESTIMATORS,
         "population.availability.mode": AVAILABILITY}
+
+
+def check_origins(records: dict[str, dict[str, str]], run_dir: Path) -> list[str]:
+    """Before a resume imports the user plug-ins a run's manifest names (``records``):
+    InputError if one would be imported from the run folder itself or from the working
+    directory by way of Python's implicit first path entry (a run folder someone else
+    wrote must not bring code that runs); otherwise one line per plug-in saying where
+    its module comes from. Only the top-level package is looked up, which runs none of
+    its code; a module not found is left to the import's own error."""
+    run_dir, cwd = run_dir.resolve(), Path.cwd().resolve()
+    # the working directory is on sys.path implicitly ('' or, under -m, its path), unless
+    # PYTHONPATH names it; every other entry is the installed environment or PYTHONPATH
+    named = {Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    explicit = named | {Path(p).resolve() for p in sys.path if p not in ("", ".")} - {cwd}
+    lines = []
+    for key, record in records.items():
+        top = record["path"].partition(":")[0].split(".")[0]
+        spec = importlib.util.find_spec(top) if top not in sys.modules else None
+        origin = (sys.modules[top].__file__ if top in sys.modules
+                  else spec.origin if spec is not None else None)
+        if origin is None:
+            continue
+        where = Path(origin).resolve()
+        folder = where.parent.parent if where.name == "__init__.py" else where.parent
+        if where.is_relative_to(run_dir):
+            raise InputError(f"'{key}' = {record['name']!r}: its module {top!r} would be "
+                             f"imported from the run folder ({where}); simfl imports no code "
+                             f"from a run folder")
+        if folder == cwd and folder not in explicit:
+            raise InputError(f"'{key}' = {record['name']!r}: its module {top!r} would be "
+                             f"imported from the working directory ({where}); install it, "
+                             f"or put its folder on PYTHONPATH")
+        lines.append(f"plug-in '{key}' = {record['name']!r} from {where}")
+    return lines
 
 
 def import_recorded(records: dict[str, dict[str, str]], source: str) -> None:

@@ -26,7 +26,7 @@ from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
 from simfl.errors import InputError, RunFailed, RunInterrupted
 from simfl.metrics import error_summary
-from simfl.plugins import source_sha256
+from simfl.plugins import check_origins, source_sha256
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
@@ -112,7 +112,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
                             progress)
 
 
-def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
+def resume_run(run_dir: Path, progress: bool = True,
+               report: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Continue the run in ``run_dir`` from its last checkpoint (from the start if it has
     none); it ends with the files an uninterrupted run writes. Returns the manifest.
 
@@ -121,6 +122,8 @@ def resume_run(run_dir: Path, progress: bool = True) -> dict[str, Any]:
     stays as it was, and this one is refused), or stopped it with a longer history (the
     manifest written back is the one read under the lock)."""
     manifest = _resumable(run_dir)
+    for line in check_origins(manifest.get("plugins") or {}, run_dir):  # before importing
+        report(line)
     scenario = from_manifest(manifest, str(run_dir / MANIFEST))
     _check_plugins_unchanged(run_dir, manifest, scenario)
     with torch_threads(scenario.train.threads):

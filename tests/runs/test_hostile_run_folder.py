@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +69,38 @@ def test_a_manifest_naming_a_standard_library_function_as_a_rule_is_refused(
         path.write_text(json.dumps(record))
     err = refused(stopped, capsys)
     assert "'aggregator.name' = 'os:system'" in err and "standard library" in err
+
+
+def _name_plugin(run_dir: Path, name: str) -> None:
+    """Make ``run_dir``'s manifest and checkpoint name ``name`` as the run's rule, with
+    the hashes and plug-in record a real run would have, so only the code is foreign."""
+    for path in (run_dir / "manifest.json", run_dir / CHECKPOINT_DIR / "progress.json"):
+        record = json.loads(path.read_text())
+        record["scenario"]["aggregator"]["name"] = name
+        if "scenario_sha256" in record:
+            record["scenario_sha256"] = scenario_sha256(record["scenario"])
+            record["plugins"] = {"aggregator.name": {"name": name, "path": name,
+                                                     "version": "unknown"}}
+        path.write_text(json.dumps(record))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["run folder", "working directory"])
+def test_a_module_beside_or_inside_the_run_is_never_imported(stopped: Path, tmp_path: Path,
+                                                             where: str) -> None:
+    """The manifest names ``evil:rule``, whose module sits in the run folder or in the
+    folder resume is started from (Python's implicit first path entry): refused in one
+    line before anything is imported."""
+    marker = tmp_path / "ran"
+    folder = stopped if where == "run folder" else stopped.parent
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                    "def rule(**kwargs):\n    raise SystemExit(0)\n")
+    _name_plugin(stopped, "evil:rule")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, "-m", "simfl", "resume", str(stopped), "--quiet"],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    why = ("holds 'evil.py', which simfl did not write" if where == "run folder"
+           else "would be imported from the working directory")
+    assert done.stderr.count("\n") == 1 and why in done.stderr
+    assert not marker.exists()

@@ -96,9 +96,13 @@ def test_a_resume_with_the_plugin_edited_is_refused_naming_it(
 
 
 def test_a_resume_with_the_plugin_unchanged_gives_the_uninterrupted_files(
-        out: Path, baseline: Path) -> None:
+        out: Path, baseline: Path, module: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
     assert resume(out) == 0
     assert_same_files(out, baseline)
+    # it says where the plug-in's code comes from before importing it
+    assert f"plug-in 'aggregator.name' = '{RULE}' from {module.resolve()}" in \
+        capsys.readouterr().out
 
 
 def test_a_manifest_from_before_the_record_resumes_unchecked(out: Path, edit: Path) -> None:
