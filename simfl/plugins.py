@@ -347,8 +347,9 @@ def check_origins(records: dict[str, dict[str, str]], run_dir: Path) -> list[str
     """Before a resume imports the user plug-ins a run's manifest names (``records``):
     InputError if one would be imported from the run folder itself or from the working
     directory by way of Python's implicit first path entry (a run folder someone else
-    wrote must not bring code that runs); otherwise one line per plug-in saying where
-    its module comes from. Only the top-level package is looked up, which runs none of
+    wrote must not bring code that runs), or if its package's installed version is not
+    the one the manifest records; otherwise one line per plug-in saying where its module
+    comes from. Only the top-level package is looked up, which runs none of
     its code; a module not found is left to the import's own error."""
     run_dir, cwd = run_dir.resolve(), Path.cwd().resolve()
     # the working directory is on sys.path implicitly ('' or, under -m, its path), unless
@@ -373,6 +374,11 @@ def check_origins(records: dict[str, dict[str, str]], run_dir: Path) -> list[str
             raise InputError(f"'{key}' = {record['name']!r}: its module {top!r} would be "
                              f"imported from the working directory ({where}); install it, "
                              f"or put its folder on PYTHONPATH")
+        version = distribution_version(record["path"])
+        if record.get("version", version) != version:
+            raise InputError(f"'{key}' = {record['name']!r}: the run started with version "
+                             f"{record['version']} of its package, {version} is installed: "
+                             f"resume with the version it started with")
         lines.append(f"plug-in '{key}' = {record['name']!r} from {where}")
     return lines
 

@@ -311,3 +311,23 @@ def test_a_plugin_model_builds_and_initialises(tmp_path: Path,
     scenario.write_text('[model]\nname = "mymodels:mlp"\n')
     with pytest.raises(InputError, match="no FLOP count for model 'mymodels:mlp'"):
         simfl.simulate(load_scenario(scenario), tmp_path / "out")
+
+
+def test_resume_refuses_a_plugin_whose_package_version_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simfl.plugins
+
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "versioned_rule.py").write_text("def rule(**kwargs):\n    return None\n")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    record = {"aggregator.name": {"name": "versioned_rule:rule", "path": "versioned_rule:rule",
+                                  "version": "1.0"}}
+    monkeypatch.setattr(simfl.plugins, "distribution_version", lambda path: "1.0")
+    lines = simfl.plugins.check_origins(record, tmp_path / "run")
+    assert lines == [f"plug-in 'aggregator.name' = 'versioned_rule:rule' from "
+                     f"{(folder / 'versioned_rule.py').resolve()}"]
+    monkeypatch.setattr(simfl.plugins, "distribution_version", lambda path: "2.0")
+    with pytest.raises(InputError, match="started with version 1.0 of its package, 2.0 is"):
+        simfl.plugins.check_origins(record, tmp_path / "run")
