@@ -11,12 +11,19 @@ the population's. This measures it from one run's tables:
   the devices selected more are fitted better;
 - the mean loss of the devices by quintile of their selections at the last evaluation.
 
-    python -m simfl.study.exposure RUN_DIR [RUN_DIR ...]
+    python -m simfl.study.exposure RUN_DIR [RUN_DIR ...] [--keep DIR]
+
+``--keep DIR`` writes what the measure reads of each run, small, into
+``DIR/<run name>/``: its ``manifest.json`` and ``exposure.parquet`` (one row per
+evaluation and training device: selections, aggregated, loss), which this module then
+reads in place of the run's tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +33,10 @@ from scipy import stats
 
 from simfl.errors import InputError
 from simfl.records import read_table
+from simfl.rundir import MANIFEST
+from simfl.study.intervals import paired
+
+KEPT = "exposure.parquet"  # what --keep writes beside the manifest
 
 
 def selections_and_losses(run_dir: Path) -> pl.DataFrame:
@@ -33,6 +44,8 @@ def selections_and_losses(run_dir: Path) -> pl.DataFrame:
     before that evaluation in which it was selected), ``aggregated`` (those in which its
     update was aggregated: what the model was fitted on) and ``loss`` (its training-data
     loss at the evaluation)."""
+    if (run_dir / KEPT).is_file():
+        return pl.read_parquet(run_dir / KEPT)
     for table in ("clients", "eval"):
         if not ((run_dir / f"{table}.parquet").is_file() or (run_dir / "parts" / table).is_dir()):
             raise InputError(f"{run_dir}: no {table}.parquet (a lean archive keeps none)")
@@ -49,6 +62,17 @@ def selections_and_losses(run_dir: Path) -> pl.DataFrame:
         at = evals.filter(pl.col("round") == r).join(counts, on="client_idx", how="left")
         parts.append(at.with_columns(pl.col("selections", "aggregated").fill_null(0)))
     return pl.concat(parts)
+
+
+def keep(run_dir: Path, to: Path) -> Path:
+    """Write ``run_dir``'s manifest and its :func:`selections_and_losses` table into
+    ``to/<run name>/`` (replacing only those two files); returns that folder."""
+    table = selections_and_losses(run_dir)
+    out = to / run_dir.name
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run_dir / MANIFEST, out / MANIFEST)
+    table.write_parquet(out / KEPT)
+    return out
 
 
 def exposure(table: pl.DataFrame) -> pl.DataFrame:
@@ -76,14 +100,57 @@ def by_quintile(table: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("devices")).sort("quintile")
 
 
+def across_seeds(folder: Path) -> list[str]:
+    """The registered readout (docs/exposure.md) over the runs kept in ``folder``: per
+    rule, the rank correlation of aggregated updates with the training loss at each
+    evaluation, per seed and as the mean with its 95 % t-interval over seeds; and the
+    change from the first evaluation to the last, paired by seed. Markdown lines."""
+    rows = []
+    for run in sorted(d for d in folder.iterdir() if (d / MANIFEST).is_file()):
+        manifest = json.loads((run / MANIFEST).read_text())
+        for r in exposure(selections_and_losses(run)).iter_rows(named=True):
+            rows.append({"rule": manifest["scenario"]["aggregator"]["name"],
+                         "seed": int(manifest["seed"]), "round": r["round"],
+                         "rho": r["spearman_aggregated"]})
+    if not rows:
+        raise InputError(f"{folder}: no kept run")
+    table = pl.DataFrame(rows)
+    rounds = table["round"].unique().sort().to_list()
+    lines = ["| rule | seed | " + " | ".join(f"round {r}" for r in rounds) + " |",
+             "|---|---|" + "---|" * len(rounds)]
+    for (rule,), part in table.group_by(["rule"], maintain_order=True):
+        wide = part.pivot(on="round", index="seed", values="rho").sort("seed")
+        for row in wide.iter_rows(named=True):
+            lines.append(f"| {rule} | {row['seed']} | "
+                         + " | ".join(f"{row[str(r)]:+.3f}" for r in rounds) + " |")
+        cells = [paired(wide[str(r)].to_numpy()) for r in rounds]
+        lines.append(f"| {rule} | mean [95 %] | "
+                     + " | ".join(f"{d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+                                  for d in cells) + " |")
+        change = paired((wide[str(rounds[-1])] - wide[str(rounds[0])]).to_numpy())
+        lines.append(f"| {rule} | round {rounds[-1]} − round {rounds[0]} | "
+                     f"{change.estimate:+.3f} [{change.low:+.3f}, {change.high:+.3f}] |"
+                     + " |" * (len(rounds) - 1))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simfl.study.exposure",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--keep", type=Path, help="also keep each run's measure, small, here")
+    parser.add_argument("--across-seeds", action="store_true",
+                        help="RUN_DIR is a folder of kept runs: the registered readout")
     args = parser.parse_args(argv)
     try:
+        if args.across_seeds:
+            for folder in args.runs:
+                print("\n".join(across_seeds(folder)))
+            return 0
         for run in args.runs:
             table = selections_and_losses(run)
+            if args.keep:
+                keep(run, args.keep)
             print(f"## {run}\n\n| round | devices | Spearman(selections, loss) | p | "
                   "Spearman(aggregated, loss) | p |\n|---|---|---|---|---|---|")
             for r in exposure(table).iter_rows(named=True):

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from simfl.study.exposure import by_quintile, exposure, main, selections_and_losses
+from simfl.study.exposure import by_quintile, exposure, keep, main, selections_and_losses
 
 
 def _run(tmp_path: Path) -> Path:
@@ -22,6 +22,7 @@ def _run(tmp_path: Path) -> Path:
         pl.lit("aggregated")).otherwise(pl.lit("filtered")))
     rows = [{"round": r, "client_idx": k, "split": split, "loss": 1.0 / (k + 1)}
             for r in (0, 10, 20) for k in range(10) for split in ("train", "test")]
+    tmp_path.mkdir(parents=True, exist_ok=True)
     clients.write_parquet(tmp_path / "clients.parquet")
     pl.DataFrame(rows).write_parquet(tmp_path / "eval.parquet")
     return tmp_path
@@ -46,7 +47,41 @@ def test_selections_before_each_evaluation_against_the_loss(tmp_path: Path) -> N
     assert quintiles["devices"].to_list() == [2] * 5
 
 
+def test_a_kept_measure_reads_as_the_run(tmp_path: Path) -> None:
+    run = _run(tmp_path / "run")
+    (run / "manifest.json").write_text("{}")
+    kept = keep(run, tmp_path / "kept")
+    assert sorted(p.name for p in kept.iterdir()) == ["exposure.parquet", "manifest.json"]
+    assert selections_and_losses(kept).equals(selections_and_losses(run))
+
+
 def test_a_lean_run_is_refused_in_one_line(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path)]) == 2
     assert "no clients.parquet" in capsys.readouterr().err
+
+
+def test_the_readout_across_seeds_is_the_mean_correlation_with_its_interval(
+        tmp_path: Path) -> None:
+    import json
+
+    from simfl.study.exposure import KEPT, across_seeds
+
+    # two seeds of FedAvg over 5 devices: at round 10 aggregated counts rank the losses
+    # exactly backwards (rho -1), at round 20 seed 0 keeps that and seed 1 is +1 (ranks
+    # agree): mean 0 with a t-interval of +-12.706 (1 df); the change 20 - 10 is 0 and +2
+    for seed, later in ((0, -1.0), (1, 1.0)):
+        run = tmp_path / "kept" / f"seed={seed}"
+        run.mkdir(parents=True)
+        (run / "manifest.json").write_text(json.dumps(
+            {"seed": seed, "scenario": {"aggregator": {"name": "fedavg"}}}))
+        rows = [{"round": r, "client_idx": k, "loss": 1.0 / (k + 1), "selections": k,
+                 "aggregated": k if (r == 10 or later < 0) else 4 - k}
+                for r in (10, 20) for k in range(5)]
+        pl.DataFrame(rows).write_parquet(run / KEPT)
+    lines = across_seeds(tmp_path / "kept")
+    assert lines[2] == "| fedavg | 0 | -1.000 | -1.000 |"
+    assert lines[3] == "| fedavg | 1 | -1.000 | +1.000 |"
+    assert lines[4] == ("| fedavg | mean [95 %] | -1.000 [-1.000, -1.000] | "
+                        "+0.000 [-12.706, +12.706] |")
+    assert lines[5].startswith("| fedavg | round 20 − round 10 | +1.000 [-11.706, +13.706] |")
