@@ -4,5 +4,28 @@ study pages' tables are computed with, for anyone's sweep.
 - :mod:`simfl.study.intervals`: paired t-intervals, equivalence verdicts, Holm's
   adjustment, Fieller's ratio interval, the sample-weighted 90th percentile;
 - :mod:`simfl.study.dose`: the tail error's response to a known error in the Δ-FL
-  threshold (docs/dose_response.md).
+  threshold (docs/dose_response.md);
+- :mod:`simfl.study.exposure`: whether the devices aggregated most are fitted best
+  (docs/exposure.md).
+
+Each module with a command (``python -m simfl.study.dose``, ``...exposure``) exits
+through :func:`run_command`.
 """
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from simfl.errors import InputError
+
+
+def run_command(work: Callable[[], None]) -> int:
+    """A study command's exit status: 0 once ``work`` is done, or 2 with its one-line
+    error on stderr (bad input: a folder without runs, a lean archive)."""
+    try:
+        work()
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -26,6 +26,7 @@ import polars as pl
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.rundir import MANIFEST
+from simfl.study import run_command
 from simfl.study.intervals import Difference, paired
 
 OUTCOMES = ("test_p90", "test_mean", "kept_share")
@@ -213,17 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", nargs="+", type=Path, help="run or sweep folders")
     parser.add_argument("--figure", type=Path, help="also draw the paired curves here")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         runs = read_runs(args.folders)
         print("\n".join(report(runs)))
         if args.figure:
             from simfl.plots import save_figure
             from simfl.plots.study import plot_dose_response
             save_figure(plot_dose_response(paired_table(runs, MARGINS)), args.figure)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_command(work)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from scipy import stats
 from simfl.errors import InputError
 from simfl.records import read_table
 from simfl.rundir import MANIFEST
+from simfl.study import run_command
 from simfl.study.intervals import paired
 
 KEPT = "exposure.parquet"  # what --keep writes beside the manifest
@@ -142,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--across-seeds", action="store_true",
                         help="RUN_DIR is a folder of kept runs: the registered readout")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         if args.across_seeds:
             for folder in args.runs:
                 print("\n".join(across_seeds(folder)))
-            return 0
+            return
         for run in args.runs:
             table = selections_and_losses(run)
             if args.keep:
@@ -162,10 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {q['quintile']} | {q['devices']} | {q['selections']:.2f} | "
                       f"{q['aggregated']:.2f} | {q['loss']:.4f} |")
             print()
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_command(work)
 
 
 if __name__ == "__main__":
