@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,6 @@ from tests.runs.test_resume import (
     manifest,
     resume,
     resume_refused,
-    run,
-    stopped_in_round_3,
     write_scenario,
 )
 
@@ -58,21 +55,7 @@ def scenario(module: Path) -> Path:
     return written.rename(written.with_name("plugin.toml"))  # a plain run name, no ':'
 
 
-@pytest.fixture(scope="module")
-def baseline(scenario: Path) -> Path:
-    out = scenario.parent / "baseline"
-    assert run(scenario, out) == 0
-    return out
 
-
-@pytest.fixture(scope="module")
-def stopped(scenario: Path) -> Path:
-    return stopped_in_round_3(scenario, scenario.parent / "stopped")
-
-
-@pytest.fixture
-def out(stopped: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(stopped, tmp_path / "run"))
 
 
 @pytest.fixture

@@ -29,8 +29,6 @@ from tests.runs.test_resume import (
     assert_same_files,
     manifest,
     resume,
-    run,
-    stopped_in_round_3,
     write_scenario,
 )
 
@@ -60,24 +58,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_scenario(tmp_path_factory.mktemp("scenario"))
 
 
-@pytest.fixture(scope="module")
-def baseline(scenario: Path) -> Path:
-    """The uninterrupted run."""
-    out = scenario.parent / "baseline"
-    assert run(scenario, out) == 0
-    return out
 
-
-@pytest.fixture(scope="module")
-def stopped(scenario: Path) -> Path:
-    """The run stopped by SIGINT in round 3, with a checkpoint after round 4."""
-    return stopped_in_round_3(scenario, scenario.parent / "stopped")
-
-
-@pytest.fixture
-def out(stopped: Path, tmp_path: Path) -> Path:
-    """A copy of the stopped run to resume."""
-    return Path(shutil.copytree(stopped, tmp_path / "run"))
 
 
 def hashes(run_dir: Path) -> dict[str, str]:
