@@ -193,8 +193,8 @@ def report(runs: pl.DataFrame) -> list[str]:
     for r in crossings(runs).iter_rows(named=True):
         lines.append(f"| {r['theta']:g} | {r['side']} | {r['seeds']} | "
                      f"{_size(r['offset_nats'])} | [{_size(r['low'])}, {_size(r['high'])}] |")
-    lines += ["", "| θ | offset (nats) | complete | learning stopped (seeds) | test p90 | "
-              "test mean | kept share |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| θ | offset (nats) | level shift | complete | learning stopped (seeds) | "
+              "test p90 | test mean | kept share |", "|---|---|---|---|---|---|---|---|"]
     means = runs.group_by("theta", "offset_nats", "level_shift").agg(
         (pl.col("status") == "complete").sum().alias("complete"),
         pl.col("seed").filter(pl.col("status") == "failed").sort().alias("failed"),
@@ -203,8 +203,8 @@ def report(runs: pl.DataFrame) -> list[str]:
     for r in means.iter_rows(named=True):
         failed = ", ".join(map(str, r["failed"])) or "none"
         values = " | ".join("—" if r[o] is None else f"{r[o]:.4f}" for o in OUTCOMES)
-        lines.append(f"| {r['theta']:g} | {r['offset_nats']:+g} | {r['complete']} | {failed} | "
-                     f"{values} |")
+        lines.append(f"| {r['theta']:g} | {r['offset_nats']:+g} | {r['level_shift']:+g} | "
+                     f"{r['complete']} | {failed} | {values} |")
     return lines
 
 

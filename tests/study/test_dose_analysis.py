@@ -108,9 +108,9 @@ def test_read_runs_takes_complete_runs_and_their_kept_share(tmp_path: Path,
     assert runs["kept_share"].to_list()[:2] == pytest.approx([0.5, 0.5])
     assert np.isnan(runs["test_p90"][2])
     table = "\n".join(report(runs))
-    assert "| 0.5 | +0.3 | 1 | 2 | 0.4200 |" in table  # seed 2 stopped learning
+    assert "| 0.5 | +0.3 | +0 | 1 | 2 | 0.4200 |" in table  # seed 2 stopped learning
     alone = "\n".join(report(runs.filter(pl.col("run") != "b")))  # no +0.3 run complete
-    assert "| 0.5 | +0.3 | 0 | 2 | — | — | — |" in alone
+    assert "| 0.5 | +0.3 | +0 | 0 | 2 | — | — | — |" in alone
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "nowhere: no such folder" in capsys.readouterr().err
 
