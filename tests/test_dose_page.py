@@ -20,6 +20,17 @@ def test_the_pages_tables_are_recomputed_from_the_kept_runs() -> None:
     assert block.group(1) == "\n".join(report(read_runs(KEPT)))
 
 
+def test_the_level_shift_tables_are_recomputed_from_the_kept_runs() -> None:
+    page = (ROOT / "docs" / "dose_response.md").read_text()
+    block = re.search(r"<!-- level tables: begin -->\n(.*?)\n<!-- level tables: end -->", page,
+                      re.S)
+    assert block is not None
+    runs = read_runs([ROOT / "docs" / "runs" / "dose_theta05",
+                      ROOT / "docs" / "runs" / "dose_level05"])
+    assert len(runs) == 45  # 25 offsets' runs and 20 level shifts' (4 x 5 seeds)
+    assert block.group(1) == "\n".join(report(runs))
+
+
 def test_every_registered_cell_is_kept() -> None:
     runs = read_runs(KEPT)
     assert len(runs) == 50  # 2 θ x 5 offsets x 5 seeds, complete or stopped
