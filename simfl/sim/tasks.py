@@ -220,13 +220,18 @@ def leave_times(fleet: Fleet, devices: np.ndarray, now: float,
     return np.minimum(fleet.availability.online_until(devices, now), now + fail_after_s)
 
 
+def _switch_ons_after(availability: Availability, now: float, most: int) -> list[np.ndarray]:
+    """Per region, its first ``most`` switch-on times after ``now``, sorted."""
+    counts = availability.by_region
+    bounds = zip(counts.offsets[:-1].tolist(), counts.offsets[1:].tolist(), strict=True)
+    return [counts.on_s[(i := int(np.searchsorted(counts.on_s[a:b], now, side="right")) + a):
+                        min(i + most, b)] for a, b in bounds]
+
+
 def next_switch_on_s(availability: Availability, now: float) -> float:
     """The first time after ``now`` that a device comes online (inf if none does)."""
-    counts = availability.by_region
-    nxt = [counts.on_s[i] for a, b in zip(counts.offsets[:-1].tolist(),
-                                          counts.offsets[1:].tolist(), strict=True)
-           if (i := int(np.searchsorted(counts.on_s[a:b], now, side="right")) + a) < b]
-    return float(min(nxt, default=math.inf))
+    return float(min((float(a[0]) for a in _switch_ons_after(availability, now, 1) if a.size),
+                     default=math.inf))
 
 
 def next_online_s(availability: Availability, now: float, at_least: int) -> float:
@@ -236,15 +241,10 @@ def next_online_s(availability: Availability, now: float, at_least: int) -> floa
     growing batches from each region's sorted switch times."""
     if availability.num_online(now) >= at_least:
         return now
-    counts = availability.by_region
     end = min(float(availability.t_off_s.max(initial=0.0)), availability.horizon_s)
     batch = 64
     while True:
-        starts = [int(np.searchsorted(counts.on_s[a:b], now, side="right")) + a
-                  for a, b in zip(counts.offsets[:-1].tolist(), counts.offsets[1:].tolist(),
-                                  strict=True)]
-        ahead = [counts.on_s[s:min(s + batch, b)]
-                 for s, b in zip(starts, counts.offsets[1:].tolist(), strict=True)]
+        ahead = _switch_ons_after(availability, now, batch)
         times = np.unique(np.concatenate(ahead)) if ahead else np.zeros(0)
         # every switch-on up to the earliest region's last candidate is among ``times``
         exhausted = [len(a) < batch for a in ahead]
@@ -252,7 +252,8 @@ def next_online_s(availability: Availability, now: float, at_least: int) -> floa
                            if not done), default=math.inf)
         times = times[(times <= complete_to) & (times <= end)]
         if times.size:
-            reached = np.flatnonzero(counts.count(times).sum(axis=1) >= at_least)
+            reached = np.flatnonzero(availability.by_region.count(times).sum(axis=1)
+                                     >= at_least)
             if reached.size:
                 return float(times[reached[0]])
         if all(exhausted) or complete_to >= end:
