@@ -318,6 +318,9 @@ ESTIMATORS = Registry("estimators", [
     _own("poststrat_history", "simfl.quantile.panel:poststrat_history",
          reads=("poststrat_history",)),
     _own("ipw_known", "simfl.quantile.panel:ipw_known", (), _PROTOCOL),
+    # the population quantile itself, every device evaluated each round (an oracle driver)
+    _own("population_quantile", "simfl.quantile.panel:population_quantile", (),
+         "evaluates every training device at one model w_t each round"),
     # another estimator's η̂ moved by a known dose (a dose-response, not a server's)
     _own("shifted", "simfl.quantile.dose:shifted", reads=("shifted",)),
 ])

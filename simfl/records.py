@@ -110,9 +110,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("region", pa.string()),
         ("num_online", pa.int64()),
     ]),
-    "devices": pa.schema([  # one row per training device, written as the run ends
-        ("client_idx", pa.int64()),
+    "devices": pa.schema([  # one row per device, training and unseen test, as the run ends
+        ("client_idx", pa.int64()),  # training devices (as in clients / comm / eval); null for test
         ("client_id", pa.string()),
+        ("split", pa.string()),  # train / test (eval's split: join eval on client_id, split)
         ("region", pa.string()),
         ("utc_offset_h", pa.float64()),
         # long-run online share (the day's mean of its profile; always 1; null: a trace)
@@ -120,6 +121,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("logit_shift", pa.float64()),  # habits: z, its profile σ(g(u − phase) + z); else 0
         ("phase_h", pa.float64()),  # habits: its profile shifted later by this; else 0
         ("session_mean_s", pa.float64()),  # mean online session (null: always, trace)
+        ("engaged_share", pa.float64()),  # habits' bursts: share of time engaged (else 1)
+        ("charge_start_h", pa.float64()),  # habits: local hour its charging opens (null: none)
         ("speed_rel", pa.float64()),  # training speed relative to the median phone
         ("train_s_per_sample", pa.float64()),
         ("down_bytes_per_s", pa.float64()),
@@ -230,17 +233,21 @@ class AvailabilityRows:
 
 @dataclass(frozen=True)
 class DeviceRows:
-    """devices.parquet rows: every training device, its habits, links and data size."""
+    """devices.parquet rows: every device of one split (training or unseen test), its
+    habits, links and data size."""
 
     TABLE: ClassVar[str] = "devices"
     client_idx: Column
     client_id: Column
+    split: str
     region: Column
     utc_offset_h: Column
     propensity: np.ma.MaskedArray
     logit_shift: Column
     phase_h: Column
     session_mean_s: np.ma.MaskedArray
+    engaged_share: Column
+    charge_start_h: np.ma.MaskedArray
     speed_rel: Column
     train_s_per_sample: Column
     down_bytes_per_s: Column

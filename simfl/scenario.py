@@ -360,6 +360,32 @@ class HabitsConfig:
     # population.covariate (independent of population.region_assignment)
     covariate_correlation: float = _f(0.0, RANK_CORRELATION)
     phase_correlation: float = _f(0.0, RANK_CORRELATION)
+    # Heavy-tailed components (simfl.population.habits; each off at its default):
+    # device classes, a mixture of normals for the logit shift: class c has share
+    # class_shares[c] and mean class_logit_means[c], each the spread propensity_logit_sd;
+    class_shares: tuple[float, ...] = _f((1.0,), (lambda v: len(v) >= 1 and all(
+        0 < x <= 1 for x in v) and abs(sum(v) - 1) < 1e-9, "must be shares in (0, 1] "
+        "summing to 1"))
+    class_logit_means: tuple[float, ...] = _f((0.0,), (lambda v: len(v) >= 1 and all(
+        -10 <= x <= 10 for x in v), "must be numbers in [-10, 10]"))
+    # a weekly rhythm: the online odds times exp(weekend_logit_shift) on the device's
+    # Saturday and Sunday (one value, or one per region in [[population.regions]]' order);
+    weekend_logit_shift: tuple[float, ...] = _f((0.0,), (lambda v: len(v) >= 1 and all(
+        -5 <= x <= 5 for x in v), "must be numbers in [-5, 5]"))
+    # bursts: a hidden engaged/dormant chain per device (0 h: none); online only while
+    # engaged, engaged a long-run share engaged_share (raised where a device's own
+    # online probability needs it);
+    dormant_mean_h: float = _f(0.0, (lambda v: 0 <= v <= 24 * 365, "must be in [0, 8760]"))
+    engaged_share: float = _f(1.0, (lambda v: 0 < v <= 1, "must be in (0, 1]"))
+    # nightly charging: each night with probability charge_prob the device is online
+    # throughout a window of charge_hours from its own local start hour, drawn
+    # N(charge_start_h, charge_start_sd_h^2) (rank-correlated with the covariate within
+    # each region by charge_correlation).
+    charge_prob: float = _f(0.0, UNIT_INTERVAL)
+    charge_start_h: float = _f(22.0, (lambda v: 0 <= v < 24, "must be in [0, 24)"))
+    charge_start_sd_h: float = _f(1.5, (lambda v: 0 <= v <= 12, "must be in [0, 12]"))
+    charge_hours: float = _f(6.0, (lambda v: 0 < v < 24, "must be in (0, 24)"))
+    charge_correlation: float = _f(0.0, RANK_CORRELATION)
 
 
 @dataclass(frozen=True)
@@ -375,6 +401,13 @@ class AvailabilityConfig:
     horizon_s: float = _f(7 * 86400.0, POSITIVE)  # diurnal: simulated time precomputed
     log_intervals: bool = False  # also write availability_intervals.parquet
     trace_path: str = ""  # trace: Parquet/CSV with columns client_idx, t_on_s, t_off_s
+    # trace: the trace device each training device replays (simfl.population.trace_map):
+    # identity (device k replays trace device k; the counts must agree), modulo (k mod the
+    # trace's devices, as FedScale) or sample (distinct ones drawn at random; needs as many)
+    trace_mapping: Literal["identity", "modulo", "sample"] = "identity"
+    # trace: Spearman correlation, within each region, of the replayed trace device's online
+    # share with the device's population.covariate (0: the mapping's own pairing)
+    trace_covariate_correlation: float = _f(0.0, RANK_CORRELATION)
     habits: HabitsConfig = _f(HabitsConfig)
     params: dict[str, Any] = _params()
 
@@ -590,6 +623,22 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
         raise InputError(f"{source}: 'population.availability.habits.{changed}' has no meaning "
                          f"with 'population.availability.mode' = {availability.mode!r} "
                          f"(only 'habits' reads it)")
+    default_availability = AvailabilityConfig()
+    for key in ("trace_mapping", "trace_covariate_correlation"):
+        if (availability.mode != "trace"
+                and getattr(availability, key) != getattr(default_availability, key)):
+            raise InputError(f"{source}: 'population.availability.{key}' has no meaning with "
+                             f"'population.availability.mode' = {availability.mode!r} (only "
+                             f"'trace' reads it)")
+    habits, regions = availability.habits, scenario.population.regions
+    if len(habits.class_logit_means) != len(habits.class_shares):
+        raise InputError(f"{source}: 'population.availability.habits.class_logit_means' has "
+                         f"{len(habits.class_logit_means)} values, 'class_shares' "
+                         f"{len(habits.class_shares)}: one per device class")
+    if len(habits.weekend_logit_shift) not in (1, len(regions)):
+        raise InputError(f"{source}: 'population.availability.habits.weekend_logit_shift' has "
+                         f"{len(habits.weekend_logit_shift)} values: one, or one per region "
+                         f"({len(regions)})")
     if est.bias_every == 0 and est.decomposition_draws != est_default.decomposition_draws:
         raise InputError(f"{source}: 'estimator.decomposition_draws' has no meaning with "
                          f"'estimator.bias_every' = 0 (no bias rounds)")
@@ -629,8 +678,9 @@ def _check_plugins(scenario: Scenario, source: str) -> None:
                 raise InputError(f"{source}: {p.name!r} needs '{where}.params.{key}'")
 
 
-# The availability modes whose true online rates are known (the oracle ipw_known's).
-MODELLED_RATES = ("always", "diurnal", "habits")
+# The availability modes whose true online rates are known (the oracle ipw_known's; a
+# trace's: its own empirical rates, simfl.population.trace_map.TraceRates).
+MODELLED_RATES = ("always", "diurnal", "habits", "trace")
 
 
 def _check_relations(scenario: Scenario, source: str) -> None:

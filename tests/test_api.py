@@ -31,7 +31,9 @@ def test_every_example_of_the_api_page_runs_outside_the_package(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     run = simfl.open_run(tmp_path / "results" / "api_demo")
     assert run.status == "complete" and run.manifest["peak_rss_mb"] > 50
-    assert run.devices["client_idx"].to_list() == list(range(30))  # half of 60 train
+    # half of 60 train, then the unseen test devices (null client_idx, as in eval)
+    assert run.devices["client_idx"].to_list() == list(range(30)) + [None] * 30
+    assert run.devices["split"].to_list() == ["train"] * 30 + ["test"] * 30
     assert (run.path / "plots" / "p90_vs_bytes.png").is_file()
     assert (run.path / "plots" / "threshold_estimates.png").is_file()  # as `simfl plot` draws
 

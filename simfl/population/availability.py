@@ -36,7 +36,14 @@ from simfl.population.habits import (
     propensity,
 )
 from simfl.population.table import DeviceTable
-from simfl.population.trace import read_trace, write_trace
+from simfl.population.trace import TraceMetadata, write_trace
+from simfl.population.trace_map import (
+    MappedTrace,
+    TraceRates,
+    assign,
+    load_trace_devices,
+    map_trace,
+)
 from simfl.rng import Streams
 from simfl.scenario import MODELLED_RATES, AvailabilityConfig
 
@@ -225,8 +232,10 @@ class Availability:
         return device, self.t_on_s, self.t_off_s
 
     def write_trace(self, path: str | Path) -> None:
-        """Write these intervals as a trace file (see simfl.population.trace)."""
-        write_trace(path, *self.intervals())
+        """Write these intervals as a trace file (see simfl.population.trace), recording
+        the device count and, when finite, the horizon as its window."""
+        end = self.horizon_s if math.isfinite(self.horizon_s) else None
+        write_trace(path, *self.intervals(), metadata=TraceMetadata(self.num_devices, end))
 
 
 def sample_online(availability: Availability, t_s: float, k: int, rng: np.random.Generator,
@@ -309,23 +318,17 @@ def always_online(region_idx: np.ndarray, num_regions: int) -> Availability:
 
 
 def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
-                       habits: Habits | None = None) -> Availability:
+                       habits: Habits | None = None,
+                       covariate: np.ndarray | None = None) -> Availability:
     """The availability of ``devices`` for the configured mode (always / diurnal / habits /
     trace, or a plug-in's: simfl.plugins.AVAILABILITY); ``habits``: each device's, for
-    mode ``habits``."""
+    mode ``habits``; ``covariate``: each device's population.covariate, for a trace
+    coupled to it (:func:`trace_availability`)."""
     num_regions = len(devices.region_names)
     if cfg.mode == "always":
         return always_online(devices.region_idx, num_regions)
     if cfg.mode == "trace":
-        if not cfg.trace_path:
-            raise InputError("population.availability.mode = 'trace' needs "
-                             "population.availability.trace_path")
-        traced = from_intervals(*read_trace(cfg.trace_path, devices.num_devices),
-                                devices.region_idx, num_regions)
-        if traced.t_on_s.size == 0:
-            raise InputError(f"{cfg.trace_path}: the trace holds no online interval "
-                             "(population.availability.trace_path)")
-        return traced
+        return trace_availability(cfg, devices, streams, covariate)[0]
     if cfg.mode not in ("diurnal", "habits"):
         mode = AVAILABILITY.lookup(cfg.mode, "population.availability.mode")
         made: Availability = build(mode, "population.availability.mode", cfg, cfg, devices,
@@ -346,11 +349,43 @@ def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: S
     return availability
 
 
-def known_rates(cfg: AvailabilityConfig, devices: DeviceTable,
-                habits: Habits | None = None) -> ProfileRates | HabitRates | None:
-    """The model's true online probability of each device (None for a trace, whose rates
-    no model states): the oracle of the ``ipw_known`` estimator."""
-    if cfg.mode not in MODELLED_RATES:  # a trace's or a plug-in's
+def trace_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
+                       covariate: np.ndarray | None = None) -> tuple[Availability, MappedTrace]:
+    """A trace replayed by ``devices``: each data device replays the trace device that
+    ``trace_mapping`` (coupled to ``covariate`` by ``trace_covariate_correlation``)
+    gives it, drawn from the stream ``population.trace_map`` (simfl.population.trace_map).
+    InputError (one line) where the counts do not fit the mapping, where the copies a
+    mapping makes would take more than MAX_WORK_BYTES (counted before any is made) and
+    where no device is ever online."""
+    if not cfg.trace_path:
+        raise InputError("population.availability.mode = 'trace' needs "
+                         "population.availability.trace_path")
+    trace = load_trace_devices(cfg.trace_path)
+    given = assign(trace, cfg, devices.region_idx, covariate, streams.numpy("population.trace_map"))
+    total = float(np.diff(trace.offsets)[given].sum())
+    check_work_bytes(INTERVAL_BYTES * total,
+                     f"population.availability.trace_mapping = {cfg.trace_mapping!r}: the "
+                     f"{devices.num_devices} training devices' {total:.3g} intervals (copies of "
+                     f"{cfg.trace_path}'s {trace.t_on_s.size})", "use a shorter trace")
+    mapped = map_trace(trace, given, cfg.trace_mapping)
+    if mapped.t_on_s.size == 0:
+        raise InputError(f"{cfg.trace_path}: no training device's trace device is ever online "
+                         "(population.availability.trace_path)")
+    traced = from_csr(mapped.offsets, mapped.t_on_s, mapped.t_off_s, devices.region_idx,
+                      len(devices.region_names))
+    return traced, mapped
+
+
+def known_rates(cfg: AvailabilityConfig, devices: DeviceTable, habits: Habits | None = None,
+                trace: MappedTrace | None = None
+                ) -> ProfileRates | HabitRates | TraceRates | None:
+    """The true online probability of each device: the model's, or a trace's own
+    empirical rates by local hour (``trace``: the trace mapped onto ``devices``;
+    simfl.population.trace_map.TraceRates); None for a plug-in's, whose rates no model
+    states, or a trace not given. The oracle of the ``ipw_known`` estimator."""
+    if cfg.mode == "trace":
+        return None if trace is None else TraceRates(trace, devices.utc_offset_s)
+    if cfg.mode not in MODELLED_RATES:  # a plug-in's
         return None
     if habits is not None:
         return HabitRates(devices.utc_offset_s, habits)
@@ -379,12 +414,29 @@ def expected_intervals(cfg: AvailabilityConfig, num_devices: int,
     counts as it is, not through the devices' mean."""
     days = cfg.horizon_s / DAY_S
     if habits is not None:
-        return class_sessions_per_day(habits)[habits.habit_class] * days + 1
+        return (class_sessions_per_day(habits)[habits.habit_class] * days + 1
+                + overlay_intervals(habits, cfg.horizon_s))
     _, off_hazard = diurnal_hazards(cfg.online_prob_by_hour, cfg.session_mean_s)
     mid = np.arange(GRID_STEP_S / 2, DAY_S, GRID_STEP_S)
     per_day = float(online_prob(cfg.online_prob_by_hour, mid)
                     @ np.diff(off_hazard.cumulative[0]))
     return np.full(num_devices, per_day * days + 1)
+
+
+def overlay_intervals(habits: Habits, horizon_s: float, charging: bool = True
+                      ) -> np.ndarray:
+    """(N,) each device's expected number of engaged spells (bursts) and, with
+    ``charging``, charging windows over ``[0, horizon_s)`` (simfl.population.overlays),
+    each plus one (a spell or window under way at 0)."""
+    n = habits.habit_class.shape[0]
+    count = np.zeros(n)
+    if habits.dormant_mean_s > 0:
+        a = habits.engaged
+        cycle = habits.dormant_mean_s / np.maximum(1 - a, 1e-300)  # engaged + dormant mean
+        count += np.where(a < 1, horizon_s / cycle + 1, 1.0)
+    if charging and habits.charge_prob > 0:
+        count += habits.charge_prob * horizon_s / DAY_S + 2
+    return count
 
 
 def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int,
@@ -403,8 +455,18 @@ def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int,
         return
     spread = habits is not None and cfg.habits.session_log_sd > 0
     horizon = f"horizon_s = {cfg.horizon_s:.6g} s"
-    busiest = int(np.argmax(per_device))
-    steps = float(per_device[busiest])
+    sessions = per_device  # of the habits process, drawn a step each
+    if habits is not None and (habits.dormant_mean_s > 0 or habits.charge_prob > 0):
+        sessions = per_device - overlay_intervals(habits, cfg.horizon_s)
+        spells = float(np.max(overlay_intervals(habits, cfg.horizon_s, charging=False)))
+        if not spells <= MAX_SESSION_STEPS:
+            raise InputError(
+                f"population.availability.habits.dormant_mean_h = "
+                f"{cfg.habits.dormant_mean_h!r}: a device would have about {spells:.3g} "
+                f"engaged spells over {horizon}, drawn one step each (limit "
+                f"{MAX_SESSION_STEPS:.0e} steps): raise dormant_mean_h or engaged_share")
+    busiest = int(np.argmax(sessions))
+    steps = float(sessions[busiest])
     if not steps <= MAX_SESSION_STEPS:
         if habits is not None and spread and \
                 habits.session_mean_s[busiest] < cfg.session_mean_s:
@@ -423,7 +485,8 @@ def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int,
             f"session_mean_s or shorten horizon_s")
     total = float(per_device.sum())
     num_classes = 0 if habits is None else int(habits.class_shift.shape[0])
-    tables = _CLASS_TABLE_BYTES * num_classes
+    days_a_table = 1 if habits is None else habits.period_s / DAY_S
+    tables = _CLASS_TABLE_BYTES * days_a_table * num_classes
     if tables > INTERVAL_BYTES * total:
         check_work_bytes(
             INTERVAL_BYTES * total + tables,
@@ -441,16 +504,26 @@ def check_diurnal_work(cfg: AvailabilityConfig, num_devices: int,
         + (" or lower session_log_sd" if spread else ""))
 
 
-def habit_columns(cfg: AvailabilityConfig, num_devices: int, habits: Habits | None
-                  ) -> dict[str, np.ndarray]:
+def habit_columns(cfg: AvailabilityConfig, num_devices: int, habits: Habits | None,
+                  trace: MappedTrace | None = None) -> dict[str, np.ndarray]:
     """Each device's availability habits as devices.parquet columns: propensity (its
-    long-run online share; NaN for a trace), logit_shift, phase_h and session_mean_s
-    (NaN where the mode has no sessions). Without habits every device has the mode's."""
+    long-run online share; a trace's: over the trace's window, NaN without ``trace``),
+    logit_shift, phase_h and session_mean_s (NaN where the mode has no sessions; a
+    trace's: of the sessions wholly in its window), engaged_share (bursts; else 1) and
+    charge_start_h (NaN without charging windows). Without habits every device has the
+    mode's."""
+    plain = {"engaged_share": np.ones(num_devices), "charge_start_h": np.full(num_devices,
+                                                                              math.nan)}
+    if trace is not None:
+        return {"propensity": trace.propensity, "logit_shift": np.zeros(num_devices),
+                "phase_h": np.zeros(num_devices), "session_mean_s": trace.session_mean_s,
+                **plain}
     if habits is not None:
         return {"propensity": propensity(habits), "logit_shift": habits.logit_shift,
-                "phase_h": habits.phase_s / 3600.0, "session_mean_s": habits.session_mean_s}
+                "phase_h": habits.phase_s / 3600.0, "session_mean_s": habits.session_mean_s,
+                "engaged_share": habits.engaged, "charge_start_h": habits.charge_start_h}
     share = {"always": 1.0, "diurnal": float(np.mean(cfg.online_prob_by_hour))}
     session = cfg.session_mean_s if cfg.mode == "diurnal" else math.nan
     return {"propensity": np.full(num_devices, share.get(cfg.mode, math.nan)),
             "logit_shift": np.zeros(num_devices), "phase_h": np.zeros(num_devices),
-            "session_mean_s": np.full(num_devices, session)}
+            "session_mean_s": np.full(num_devices, session), **plain}

@@ -1,9 +1,11 @@
-"""The device table: one row per training device, built from the scenario with seeded streams.
+"""The device table: one row per device, built from the scenario with seeded streams.
 
 A training device holds exactly one training client's data (docs/design.md §3), so row d
-is client d. Columns are numpy arrays (read-only); the table is cheap at 10^6 rows.
-Random draws come from named streams: ``population.region``, ``population.compute``,
-``population.network``, so changing one setting never reshuffles the others.
+is client d; the unseen test devices' table is built the same way, row d test client d
+(simfl.population.build.build_unseen, from streams of their own). Columns are numpy
+arrays (read-only); the table is cheap at 10^6 rows. Random draws come from named
+streams: ``population.region``, ``population.compute``, ``population.network``, so
+changing one setting never reshuffles the others.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def _readonly(*arrays: np.ndarray) -> None:
 def build_devices(cfg: PopulationConfig, num_clients: int, covariate: np.ndarray | None,
                   streams: Streams, data_dir: Path | None = None,
                   model_name: str = "linear") -> DeviceTable:
-    """The device table for ``num_clients`` training clients.
+    """The device table for ``num_clients`` clients (training ones, or unseen test ones
+    with their own ``streams``).
 
     Args:
         covariate: (num_clients,) client covariate for ``region_assignment = "covariate"``

@@ -16,7 +16,8 @@ off hazard is raised just enough to keep the marginal exact, shortening those se
 the exact-marginal construction is this project's.)
 
 Hazards are integrated on a 60 s grid of one local day (piecewise-constant hazard
-within a cell), and each device's next switch is drawn by inverting the cumulative
+within a cell; a local week for a profile with a weekly rhythm, simfl.population.habits),
+and each device's next switch is drawn by inverting the cumulative
 hazard at ``H(u) + Exp(1)``: one vectorised numpy step per session for all devices, no
 SimPy events. Output: the online intervals ``[t_on_s, t_off_s)`` per device, in UTC.
 """
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 DAY_S = 86400.0
+WEEK_S = 7 * DAY_S  # simulated t = 0 is Monday 00:00 UTC
 HOUR_S = 3600.0
 GRID_STEP_S = 60.0
 _MIN_HAZARD_PER_S = 1e-12  # keeps the cumulative hazard strictly increasing
@@ -58,14 +60,14 @@ class ProfileRates:
 
 @dataclass(frozen=True)
 class DayHazard:
-    """Cumulative hazards of one local day on a uniform grid, one row per class of
-    devices, repeated every day.
+    """Cumulative hazards of one local day (or week: ``period_s``) on a uniform grid, one
+    row per class of devices, repeated every period.
 
     Piecewise linear between grid points; ``inverse`` is its exact inverse, found
     through buckets of equal hazard width instead of a binary search per value.
     """
 
-    grid_s: np.ndarray  # (G + 1,) local seconds from midnight, 0 .. DAY_S
+    grid_s: np.ndarray  # (G + 1,) local seconds from the period's start, 0 .. period_s
     cumulative: np.ndarray  # (C, G + 1) integral of the hazard from midnight, starts at 0
     bucket_first: np.ndarray  # (C, B) int32: first grid cell of each bucket of hazard
     constant_rate_per_s: np.ndarray  # (C,) the rate where a class's never varies, else nan
@@ -84,13 +86,18 @@ class DayHazard:
         constant = np.where(np.all(rates == rates[:, :1], axis=1), rates[:, 0], np.nan)
         return cls(grid_s, cumulative, first, constant)
 
+    @property
+    def period_s(self) -> float:
+        return float(self.grid_s[-1])
+
     def per_day(self, cls: np.ndarray) -> np.ndarray:
+        """The cumulative hazard over one period (a day unless the grid is a week's)."""
         return self.cumulative[cls, -1]
 
     def at(self, local_s: np.ndarray, cls: np.ndarray) -> np.ndarray:
-        days = np.floor(local_s / DAY_S)
+        days = np.floor(local_s / self.period_s)
         # The grid is uniform: index arithmetic instead of np.interp's binary search.
-        cells = (local_s - days * DAY_S) / GRID_STEP_S
+        cells = (local_s - days * self.period_s) / GRID_STEP_S
         cell = np.minimum(cells.astype(np.int64), self.grid_s.shape[0] - 2)
         lower = self.cumulative[cls, cell]
         upper = self.cumulative[cls, cell + 1]
@@ -110,21 +117,23 @@ class DayHazard:
             behind = behind[self.cumulative[cls[behind], cell[behind] + 1] < rest[behind]]
         lower = self.cumulative[cls, cell]
         upper = self.cumulative[cls, cell + 1]
-        return days * DAY_S + self.grid_s[cell] + GRID_STEP_S * (rest - lower) / (upper - lower)
+        return (days * self.period_s + self.grid_s[cell]
+                + GRID_STEP_S * (rest - lower) / (upper - lower))
 
 
-def _grid() -> tuple[np.ndarray, np.ndarray]:
-    grid = np.arange(0.0, DAY_S + GRID_STEP_S / 2, GRID_STEP_S)
+def _grid(period_s: float = DAY_S) -> tuple[np.ndarray, np.ndarray]:
+    grid = np.arange(0.0, period_s + GRID_STEP_S / 2, GRID_STEP_S)
     return grid, (grid[:-1] + grid[1:]) / 2
 
 
 def exact_hazards(p: np.ndarray, dp: np.ndarray, session_mean_s: np.ndarray
                   ) -> tuple[DayHazard, DayHazard]:
     """(offline -> online, online -> offline) hazards that keep P(online) = p exactly,
-    from (C, G) p and dp/du at the grid's cell midpoints and (C,) session means."""
+    from (C, G) p and dp/du at the grid's cell midpoints (G cells of a day or of a week)
+    and (C,) session means."""
     mu = np.maximum(1.0 / np.asarray(session_mean_s, dtype=float)[:, None], -dp / p)
     lam = np.maximum((dp + mu * p) / (1.0 - p), _MIN_HAZARD_PER_S)
-    grid, _ = _grid()
+    grid, _ = _grid(p.shape[1] * GRID_STEP_S)
     return DayHazard.from_rates(grid, lam), DayHazard.from_rates(grid, mu)
 
 
@@ -176,7 +185,8 @@ def markov_intervals(shift: np.ndarray, cls: np.ndarray, start_prob: np.ndarray,
                      on_hazard: DayHazard, off_hazard: DayHazard, horizon_s: float,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The two-state process of every device (its hazard class ``cls``, its clock
-    ``shift`` in [0, DAY_S)), online at t = 0 with probability ``start_prob``."""
+    ``shift`` in [0, the hazards' period)), online at t = 0 with probability
+    ``start_prob``."""
     num_devices = shift.shape[0]
     online = rng.random(num_devices) < start_prob
     t = np.where(online, 0.0,
@@ -195,10 +205,10 @@ def markov_intervals(shift: np.ndarray, cls: np.ndarray, start_prob: np.ndarray,
         t = _next_switch(on_hazard, t_off, dev_shift, dev_cls, rng)
         keep = t < horizon_s
         dev, t, dev_shift, dev_cls = dev[keep], t[keep], dev_shift[keep], dev_cls[keep]
-    return _scatter_csr(counts, chunks)
+    return scatter_csr(counts, chunks)
 
 
-def _scatter_csr(counts: np.ndarray, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+def scatter_csr(counts: np.ndarray, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Chunk k holds the k-th session of each device in it: row offsets[d] + k."""
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

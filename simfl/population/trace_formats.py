@@ -37,6 +37,11 @@ simulated second ``start_s`` (so a FLASH trace keeps its clock's time of day whe
 span appears once; with it, the pattern is repeated, as both simulators repeat it,
 to cover simulated time [0, horizon_s). Intervals are cut to [0, horizon_s). A
 repetition into more than MAX_INTERVALS intervals is refused, counted before any is made.
+The converted trace keeps what its rows cannot tell (simfl.population.trace's
+metadata, in a Parquet file): the source's client count (``num_source``: the clients
+never online and FLASH's invalid users included, as devices never online) and the end
+of the window it covers, ``horizon_s`` or else the latest end of a client's recorded
+span in simulated time (FedScale's ``finish_time``, a FLASH user's last message).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ import numpy as np
 
 from simfl.errors import InputError
 from simfl.population.availability import MAX_INTERVALS
+from simfl.population.trace import TraceMetadata
 
 DAY_S = 86400.0
 FLASH_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -88,10 +94,16 @@ class ConvertedTrace:
     client_ids: tuple[str, ...]  # client_idx k is client_ids[k]
     num_source: int  # clients in the source file
     num_invalid: int  # of them, unusable (FLASH's invalid users)
+    end_s: float  # the end of the window [0, end_s) the trace covers (module docstring)
 
     @property
     def row_client_id(self) -> np.ndarray:
         return np.asarray(self.client_ids, dtype=str)[self.client_idx]
+
+    @property
+    def metadata(self) -> TraceMetadata:
+        """What the trace file records beside its rows: the source's clients, the window."""
+        return TraceMetadata(self.num_source, self.end_s)
 
 
 class _RefusedGlobal(pickle.UnpicklingError):
@@ -309,8 +321,10 @@ def convert_trace(path: Path, source: str, start_s: float = 0.0,
         raise InputError(f"{path}: no client of the trace is ever online"
                          + (" before --horizon-s" if horizon_s is not None else ""))
     counts = [on.size for on in ons]
+    spans_end = max(p.end_s for p in patterns.values() if p is not None) + start_s - origin
     return ConvertedTrace(
         client_idx=np.repeat(np.arange(len(ids), dtype=np.int64), counts),
         t_on_s=np.concatenate([np.zeros(0), *ons]), t_off_s=np.concatenate([np.zeros(0), *offs]),
         client_ids=tuple(ids), num_source=len(patterns),
-        num_invalid=sum(p is None for p in patterns.values()))
+        num_invalid=sum(p is None for p in patterns.values()),
+        end_s=spans_end if horizon_s is None else horizon_s)

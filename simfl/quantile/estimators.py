@@ -143,6 +143,24 @@ class CohortExact:
         return Estimate(weighted_quantile(cohort.losses, cohort.weights, level))
 
 
+@dataclass(frozen=True)
+class PopulationQuantile:
+    """The oracle driver: Q_pop itself, the α-weighted (1 − θ) quantile of every
+    training device's F_k(w_t) under the current model. The panel gives it the whole
+    population as its cohort (``reads_population``), which costs an evaluation of
+    every training device each round and which no server has: it is the ceiling a
+    threshold estimator could reach, for the study (docs/dose_response.md). The
+    round's cohort still reports its losses in the clear, as for ``cohort_exact``: the
+    filter compares them with the threshold."""
+
+    name: str = "population_quantile"
+    losses_in_clear: bool = True
+    reads_population: bool = True
+
+    def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
+        return Estimate(weighted_quantile(cohort.losses, cohort.weights, level))
+
+
 # Steps past the tolerance that a bracket may take to isolate the quantile (a double has
 # 52 mantissa bits: more steps could not split it further).
 _REFINE_STEPS = 64

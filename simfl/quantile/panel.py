@@ -54,6 +54,7 @@ from simfl.quantile.estimators import (
     Estimator,
     HistoryStratified,
     OnlineRates,
+    PopulationQuantile,
     PostStratified,
     SecureBisection,
     SecureMM,
@@ -84,6 +85,10 @@ class EstimatorContext:
 
 def cohort_exact(ctx: EstimatorContext) -> Estimator:
     return CohortExact()
+
+
+def population_quantile(ctx: EstimatorContext) -> Estimator:
+    return PopulationQuantile()
 
 
 def secure_mm(ctx: EstimatorContext) -> Estimator:
@@ -157,6 +162,10 @@ def make_estimator(name: str, ctx: EstimatorContext, key: str = "estimator.name"
                          f"(simfl.quantile.estimators.StatefulEstimator)")
     estimator: Estimator | StatefulEstimator = made
     return estimator
+
+
+def _reads_population(estimator: object) -> bool:
+    return bool(getattr(estimator, "reads_population", False))
 
 
 def _run(estimator: Estimator | StatefulEstimator, cohort: Cohort, level: float,
@@ -297,11 +306,27 @@ class EstimatorPanel:
     def driver(self) -> Estimator | StatefulEstimator:
         return self.estimators[0]
 
-    def estimate(self, cohort: Cohort, round_idx: int) -> dict[str, Estimate]:
-        """Every estimator's η̂ on this cohort, the driving one first; the stateful ones'
-        state moves on to the next round (``before`` keeps this round's)."""
+    @property
+    def reads_population(self) -> bool:
+        """Whether an estimator (the oracle ``population_quantile``) needs every training
+        device's loss each round."""
+        return any(_reads_population(e) for e in self.estimators)
+
+    def estimate(self, cohort: Cohort, round_idx: int,
+                 population: Cohort | None = None) -> dict[str, Estimate]:
+        """Every estimator's η̂ on this cohort (on ``population``, every training device,
+        for those that read it), the driving one first; the stateful ones' state moves
+        on to the next round (``before`` keeps this round's)."""
         self.before = self.states
-        estimates = {e.name: _run(e, cohort, self.level, self.streams.numpy(
+
+        def seen(e: Estimator | StatefulEstimator) -> Cohort:
+            if not _reads_population(e):
+                return cohort
+            if population is None:
+                raise ValueError(f"estimator {e.name!r} needs the population's losses")
+            return population
+
+        estimates = {e.name: _run(e, seen(e), self.level, self.streams.numpy(
             f"quantile_noise/{e.name}", round_idx), self.before, self.who.get(e.name, ""))
             for e in self.estimators}
         self.states = {name: estimates[name].state for name in self.states}
@@ -366,7 +391,8 @@ class EstimatorPanel:
             k = min(size, len(pool))
             rng = self.streams.numpy(f"bias_mc/{pool_name}", round_idx)
             draws = [np.sort(rng.choice(pool, size=k, replace=False)) for _ in range(self.draws)]
-            means.append(np.array([np.mean([
+            oracle = weighted_quantile(losses, weights, self.level)
+            means.append(np.array([oracle if _reads_population(e) else np.mean([
                 _run(e, Cohort(losses[idx], alpha[idx], idx, cohort.t_s), self.level, rng,
                      self.before, self.who.get(e.name, "")).threshold
                 for idx in draws]) for e in self.estimators]))

@@ -55,7 +55,7 @@ RUNTIME_BYTES = 360 * 2**20
 # rounds, 630 MiB for scenarios/million_synthetic.toml at 10^4 devices and 100 rounds;
 # the largest, so that the estimate stays above the runs of 10^4 devices.
 WORK_BYTES = 640 * 2**20
-# The population (simfl.population.build) per training device: its device table
+# The population (simfl.population.build) per device (training or unseen test): its table
 # (region, speeds, links, failure rate, habits) and the client covariate (measured: 680
 # bytes a device at the build's peak before the intervals are drawn, its temporaries
 # included, at 3 x 10^5 devices; less is kept).
@@ -78,7 +78,8 @@ CHECKPOINT_COPIES = 3
 # Per device of the passes over every device, from their columns: the bias oracle's and
 # an evaluation's arrays (losses, errors, counts, owners: about 60 bytes), a pass's rows
 # of eval.parquet as they are built (about 150, the device id a string) and, at the
-# end, the rows of devices.parquet with the habit columns derived for them (about 250).
+# end, the rows of devices.parquet (training and unseen test devices alike) with the
+# habit columns derived for them (about 250).
 PASS_BYTES = 500
 # Bytes per sample of an evaluation batch beyond its logits: its features as float32 (a
 # batch that spans chunks is a joined copy) and its label and owner (int64 each).
@@ -144,7 +145,7 @@ def estimate(scenario: Scenario, work: str = "run") -> list[Term]:
                            "(beyond what the rounds take later)"), *rounds]
 
 
-def _devices(scenario: Scenario) -> tuple[int, int]:
+def devices_from_keys(scenario: Scenario) -> tuple[int, int]:
     """(training devices, all devices) of the scenario's data where its keys say
     (synthetic data); (0, 0) where only loading it tells."""
     data = scenario.data
@@ -175,7 +176,7 @@ def intervals_per_device(scenario: Scenario) -> float:
         return cfg.horizon_s * float(np.mean(cfg.online_prob_by_hour)) * spread \
             / cfg.session_mean_s + 1.0
     if cfg.mode == "trace":
-        train, _ = _devices(scenario)
+        train, _ = devices_from_keys(scenario)
         return _trace_rows(Path(cfg.trace_path)) / train if train else 0.0
     return 0.0
 
@@ -193,9 +194,10 @@ def _trace_rows(path: Path) -> float:
 
 
 def _population_term(scenario: Scenario, interval_bytes: float) -> Term:
-    """The device table and the availability intervals at ``interval_bytes`` each: their
-    peak as they are drawn (simfl.population.build), or what the run keeps."""
-    train, _ = _devices(scenario)
+    """The device tables (the training devices' and the unseen test devices', which have
+    no intervals) and the availability intervals at ``interval_bytes`` each: their peak
+    as they are drawn (simfl.population.build), or what the run keeps."""
+    train, devices = devices_from_keys(scenario)
     per_device = intervals_per_device(scenario)
     intervals = train * per_device
     cfg = scenario.population.availability
@@ -203,9 +205,9 @@ def _population_term(scenario: Scenario, interval_bytes: float) -> Term:
     if cfg.mode in ("diurnal", "habits"):
         key += (f" with 'population.availability.session_mean_s' = {cfg.session_mean_s!r} "
                 f"over 'population.availability.horizon_s' = {cfg.horizon_s!r}")
-    return (DEVICE_BYTES * train + interval_bytes * intervals, key,
-            f"the population of {train} devices and its {intervals:.3g} availability "
-            f"intervals")
+    return (DEVICE_BYTES * devices + interval_bytes * intervals, key,
+            f"the population of {train} devices (and {devices - train} unseen test devices) "
+            f"and its {intervals:.3g} availability intervals")
 
 
 def _state_terms(scenario: Scenario) -> list[Term]:
@@ -213,7 +215,7 @@ def _state_terms(scenario: Scenario) -> list[Term]:
     training device (a second one of earlier days only, for ipw_days or
     poststrat_history, with the online devices of each round of the day so far), and
     the checkpoints that serialise it."""
-    train, _ = _devices(scenario)
+    train, _ = devices_from_keys(scenario)
     if scenario.aggregator.name != "deltafl" or not train:
         return []
     est, server = scenario.estimator, scenario.server
@@ -238,7 +240,7 @@ def _state_terms(scenario: Scenario) -> list[Term]:
 
 def _passes_term(scenario: Scenario) -> Term:
     """The passes over every device: the bias oracle's, the evaluations', their rows."""
-    _, devices = _devices(scenario)
+    _, devices = devices_from_keys(scenario)
     key = _devices_key(scenario) if devices else "'data.dataset'"
     return (PASS_BYTES * devices, key, f"the passes over all {devices} devices (the bias "
             "oracle, the evaluations) and their rows")

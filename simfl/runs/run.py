@@ -24,6 +24,7 @@ from tqdm import tqdm
 from simfl.aggregate import make_aggregator
 from simfl.data import FederatedData, load_data
 from simfl.data.covariates import client_covariate
+from simfl.data.packed import Clients
 from simfl.errors import InputError, RunFailed, RunInterrupted
 from simfl.metrics import error_summary
 from simfl.plugins import check_origins, source_sha256
@@ -31,6 +32,9 @@ from simfl.population import known_rates
 from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
 from simfl.population.compute import describe_origin
+from simfl.population.habits import Habits
+from simfl.population.table import DeviceTable
+from simfl.population.trace_map import MappedTrace, check_trace_devices
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import (
     AvailabilityRows,
@@ -61,7 +65,7 @@ from simfl.runs.checkpoint import (
     load_checkpoint,
     signals_deferred,
 )
-from simfl.runs.memory import check_memory, peak_bytes, reset_peak
+from simfl.runs.memory import check_memory, devices_from_keys, peak_bytes, reset_peak
 from simfl.runs.replay import JournaledLearner
 from simfl.scenario import (
     EstimatorConfig,
@@ -97,6 +101,9 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
         built = _build(scenario)
         report(built.learner.data.describe())
         report(describe_origin(built.population.devices.speed_origin))
+        trace = built.population.trace
+        if trace is not None and (warning := trace.warning()):
+            report(warning)
         if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
             report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
                    "[estimator] is not used and bias.parquet stays empty")
@@ -207,6 +214,7 @@ def _build(scenario: Scenario) -> _Built:
     scenario cannot run on its data (see :func:`check_feasible`) or in the memory
     available (:func:`simfl.runs.memory.check_memory`, before anything is allocated)."""
     check_memory(scenario)
+    check_trace_before_data(scenario)
     reset_peak()  # the manifest's peak_rss_mb is this run's, from its data on
     streams = Streams(scenario.seed)
     device = _device(scenario.train.device)
@@ -225,10 +233,24 @@ def _build(scenario: Scenario) -> _Built:
                                data.train.num_clients, streams,
                                strata=population.devices.region_idx,
                                known_rates=known_rates(scenario.population.availability,
-                                                       population.devices, population.habits))
+                                                       population.devices, population.habits,
+                                                       population.trace))
     learner = JournaledLearner(work, params, make_aggregator(scenario.aggregator), panel,
                                scenario.estimator.bias_every)
     return _Built(streams, device, learner, population, params.clone())
+
+
+def check_trace_before_data(scenario: Scenario) -> None:
+    """InputError (one line) for an availability trace that cannot be mapped onto the
+    training devices (simfl.population.trace_map.check_trace_devices), before the data
+    are loaded where the scenario's keys fix how many there are: synthetic data with
+    every client kept (``data.min_samples_per_client`` <= ``data.synthetic.min_samples``,
+    no validation split; simfl.runs.memory counts them). Elsewhere only loading the data
+    tells, and the population's build refuses it then, before drawing anything."""
+    data = scenario.data
+    if (data.dataset == "synthetic" and data.validation_fraction == 0
+            and data.min_samples_per_client <= data.synthetic.min_samples):
+        check_trace_devices(scenario.population.availability, devices_from_keys(scenario)[0])
 
 
 def check_feasible(scenario: Scenario, data: FederatedData) -> None:
@@ -350,16 +372,19 @@ def _record_end(run_dir: Path, manifest: dict[str, Any], recorder: Recorder, e: 
 
 def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Population:
     """One device per training client (regions by the clients' covariate if configured),
-    computing the scenario's model."""
+    computing the scenario's model, and one per unseen test client, drawn alike from
+    streams of their own (simfl.population.build.build_unseen)."""
     cfg = scenario.population
     return build_population(cfg, data.train.num_clients,
                             client_covariate(data.train, cfg.covariate, data.num_classes), streams,
-                            scenario.model.name)
+                            scenario.model.name, data.test.num_clients,
+                            client_covariate(data.test, cfg.covariate, data.num_classes))
 
 
 def scenario_population(scenario: Scenario) -> Population:
     """The population a run of ``scenario`` builds (its data loaded for the clients)."""
     check_memory(scenario)
+    check_trace_before_data(scenario)
     streams = Streams(scenario.seed)
     return _population(scenario, load_data(scenario.data, streams), streams)
 
@@ -396,21 +421,38 @@ def _peak_rss_mb(manifest: dict[str, Any]) -> float:
 
 
 def _record_devices(built: _Built, scenario: Scenario, recorder: Recorder) -> None:
-    """devices.parquet: every training device's region, habits, speed, links and data."""
-    population, train = built.population, built.learner.data.train
-    devices, n = population.devices, population.devices.num_devices
-    habits = habit_columns(scenario.population.availability, n, population.habits)
-    covariate = population.covariate if population.covariate is not None else np.full(n, np.nan)
-    recorder.write(DeviceRows(
-        client_idx=devices.client_idx, client_id=list(train.client_ids),
+    """devices.parquet: every device's region, habits, speed, links and data, the
+    training devices' rows (split "train") then the unseen test devices' ("test", whose
+    ``client_idx`` is null as in eval.parquet: eval joins on client_id and split)."""
+    population, data = built.population, built.learner.data
+    recorder.write(_device_rows(scenario, population.devices, population.habits,
+                                population.covariate, data.train, "train", population.trace))
+    if population.unseen is not None:
+        unseen = population.unseen
+        recorder.write(_device_rows(scenario, unseen.devices, unseen.habits,
+                                    unseen.covariate, data.test, "test"))
+
+
+def _device_rows(scenario: Scenario, devices: DeviceTable, habits: Habits | None,
+                 covariate: np.ndarray | None, clients: Clients, split: str,
+                 trace: MappedTrace | None = None) -> DeviceRows:
+    """devices.parquet's rows of one split's devices, ``clients`` their data."""
+    n = devices.num_devices
+    habit = habit_columns(scenario.population.availability, n, habits, trace)
+    covariate = covariate if covariate is not None else np.full(n, np.nan)
+    client_idx = np.ma.masked_array(devices.client_idx, mask=split == "test")
+    return DeviceRows(
+        client_idx=client_idx, client_id=list(clients.client_ids), split=split,
         region=np.array(devices.region_names)[devices.region_idx].tolist(),
         utc_offset_h=devices.utc_offset_s / 3600.0,
-        propensity=np.ma.masked_invalid(habits["propensity"]),
-        logit_shift=habits["logit_shift"], phase_h=habits["phase_h"],
-        session_mean_s=np.ma.masked_invalid(habits["session_mean_s"]),
+        propensity=np.ma.masked_invalid(habit["propensity"]),
+        logit_shift=habit["logit_shift"], phase_h=habit["phase_h"],
+        session_mean_s=np.ma.masked_invalid(habit["session_mean_s"]),
+        engaged_share=habit["engaged_share"],
+        charge_start_h=np.ma.masked_invalid(habit["charge_start_h"]),
         speed_rel=devices.speed_rel, train_s_per_sample=devices.train_s_per_sample,
         down_bytes_per_s=devices.down_bytes_per_s, up_bytes_per_s=devices.up_bytes_per_s,
-        latency_s=devices.latency_s, num_samples=train.num_samples, covariate=covariate))
+        latency_s=devices.latency_s, num_samples=clients.num_samples, covariate=covariate)
 
 
 def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: bool,

@@ -131,3 +131,23 @@ def weighted_p90(errors: np.ndarray, weights: np.ndarray) -> float:
     ``weighted_quantile``, by which Δ-FL filters); a value of ``errors``, no
     interpolation."""
     return weighted_quantile(errors, weights, 0.9)
+
+
+def paired_power(n: int, effect: float, sd: float, level: float = 0.95) -> float:
+    """The power of the two-sided paired t-test at ``level`` with ``n`` pairs to detect a
+    true mean difference ``effect`` when the differences' standard deviation is ``sd``:
+    P(|T| > t_crit) for T noncentral t with n - 1 degrees of freedom and noncentrality
+    effect √n / sd."""
+    if n < 2:
+        return math.nan
+    crit = stats.t.ppf(1 - (1 - level) / 2, n - 1)
+    nc = effect * math.sqrt(n) / sd
+    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+
+
+def seeds_for(effect: float, sd: float, power: float = 0.8, level: float = 0.95,
+              most: int = 1000) -> int:
+    """The fewest pairs (seeds) whose paired t-test reaches ``power`` for ``effect``
+    (:func:`paired_power`); ``most`` + 1 when none up to ``most`` does."""
+    return next((n for n in range(2, most + 1)
+                 if paired_power(n, effect, sd, level) >= power), most + 1)

@@ -78,10 +78,13 @@ class PanelFilter:
         >= the driver's η̂; and the round's bias rows, with ``population()`` on bias
         rounds. The estimators' state advances by one round."""
         cohort = Cohort(losses, weights / self.mean_samples, client_idx, t_s)
-        estimates = self.panel.estimate(cohort, round_idx)
         bias_round = self.bias_every and round_idx % self.bias_every == 0
+        everyone = population() if bias_round or self.panel.reads_population else None
+        whole = None if everyone is None else Cohort(
+            everyone[0], everyone[1] / self.mean_samples, np.arange(len(everyone[0])), t_s)
+        estimates = self.panel.estimate(cohort, round_idx, whole)
         bias = self.panel.bias_columns(round_idx, cohort, estimates,
-                                       population() if bias_round else None)
+                                       everyone if bias_round else None)
         offsets, shifts = zip(*(dose(e, round_idx) for e in self.panel.estimators), strict=True)
         bias.update(offset_nats=np.array(offsets), level_shift=np.array(shifts))
         driver = estimates[self.panel.driver.name]
