@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import re
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -27,7 +29,11 @@ if TYPE_CHECKING:
     from simfl.population.build import Population
     from simfl.population.trace_stats import AvailabilityStats
     from simfl.runs.sweep import Sweep
+    from simfl.scenario import Scenario
 
+# Training devices ``trace stats`` and ``trace fit`` assume for a scenario whose data is
+# not at hand to count them (said so in their output; --num-devices sets the number).
+ASSUMED_NUM_DEVICES = 1000
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' breaks
 
 
@@ -129,25 +135,30 @@ def _trace_source_parser(command: str, description: str) -> argparse.ArgumentPar
     parser.add_argument("source", type=Path, help="trace (.parquet or .csv) or scenario (.toml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key")
+    parser.add_argument("--num-devices", type=_positive_int, metavar="N",
+                        help="a trace's device count, the never-online ones included "
+                             "(default: its recorded client count, else its highest "
+                             "client_idx + 1); a scenario's training "
+                             "devices, instead of counting them in its data (default: "
+                             f"counted; {ASSUMED_NUM_DEVICES}, said to be assumed, where the "
+                             "data is not at hand)")
     return parser
 
 
 def _trace_stats_parser() -> argparse.ArgumentParser:
-    parser = _trace_source_parser(
+    return _trace_source_parser(
         "stats", "Availability statistics of a trace or of a scenario's model: online share "
-                 "by hour of the day, quantiles of device online share, session and gap "
-                 "lengths, devices online per day.")
-    parser.add_argument("--num-devices", type=_positive_int, metavar="N",
-                        help="a trace's device count, the never-online ones included "
-                             "(default: its highest client_idx + 1)")
-    return parser
+                 "by hour of the day and on weekdays and weekends, quantiles of device "
+                 "online share, session and gap lengths, devices online per day.")
 
 
 def _trace_fit_parser() -> argparse.ArgumentParser:
     parser = _trace_source_parser(
         "fit", "Fit the habits availability model (per-device propensity, phase and session "
                "length) to a trace or to a scenario's draws; print it as the scenario tables "
-               "that reproduce it (docs/design.md section 3).")
+               "that reproduce it, then, as TOML comments, its statistics against the "
+               "fitted model's simulated, with a warning (also on stderr) for each one off "
+               "(docs/design.md section 3).")
     parser.add_argument("--out", type=Path, help="also write the tables to this .toml file")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
@@ -522,7 +533,8 @@ def _trace_convert(args: argparse.Namespace) -> int:
     source = "fedscale" if args.from_fedscale else "flash"
     trace = convert_trace(args.from_fedscale or args.from_flash, source, args.start_s,
                           args.horizon_s)
-    write_trace(args.out, trace.client_idx, trace.t_on_s, trace.t_off_s, trace.row_client_id)
+    write_trace(args.out, trace.client_idx, trace.t_on_s, trace.t_off_s, trace.row_client_id,
+                trace.metadata)
     kept = len(trace.client_ids)
     _say(f"{args.out}: {kept} devices (client_idx in the order of their ids; client_id "
          f"column), {trace.t_on_s.size} online intervals; of the {trace.num_source} clients, "
@@ -531,59 +543,157 @@ def _trace_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scenario_population(args: argparse.Namespace) -> Population | None:
-    """The population of ``args.source`` when it is a scenario (its ``--set`` applied);
-    None for a trace, which takes no ``--set``."""
+@dataclass(frozen=True)
+class _ScenarioPopulation:
+    """A scenario's population for ``trace stats`` and ``trace fit``, its seed, and where
+    its device count came from when not from its data ("" when it did)."""
+
+    population: Population
+    seed: int
+    count_note: str
+
+
+def _scenario_population(args: argparse.Namespace) -> _ScenarioPopulation | None:
+    """The training devices of ``args.source`` and their availability when it is a
+    scenario (its ``--set`` applied), drawn as a run draws them; None for a trace, which
+    takes no ``--set``. Only their number is taken from the data (:func:`_count_devices`),
+    unless availability depends on each device's data covariate: then the population is
+    built as a run builds it, its data loaded."""
     if args.source.suffix != ".toml":
         if args.set:
             raise InputError("--set is for a scenario (.toml), not a trace")
         return None
-    from simfl.runs.memory import population_only
-    from simfl.runs.run import scenario_population
+    from simfl.population.availability import check_work_bytes
+    from simfl.population.build import build_population
+    from simfl.rng import Streams
+    from simfl.runs.memory import DEVICE_BYTES, population_only
     from simfl.scenario import load_scenario
 
-    with population_only():  # the memory guard counts building the population alone
-        return scenario_population(load_scenario(args.source, args.set))
+    scenario = load_scenario(args.source, args.set)
+    key = _covariate_key(scenario)
+    if key:
+        if args.num_devices is not None:
+            raise InputError(f"--num-devices: {key} ties availability to each device's data "
+                             "covariate, so the data must be loaded (drop --num-devices)")
+        from simfl.runs.run import scenario_population
+
+        with population_only():  # the memory guard counts building the population alone
+            return _ScenarioPopulation(scenario_population(scenario), scenario.seed, "")
+    num_devices, note = _count_devices(scenario, args.num_devices)
+    check_work_bytes(DEVICE_BYTES * float(num_devices),
+                     f"{args.source}: a table of {num_devices} devices ({note or 'its data'})")
+    built = build_population(scenario.population, num_devices, None, Streams(scenario.seed),
+                             scenario.model.name)
+    return _ScenarioPopulation(built, scenario.seed, note)
+
+
+def _covariate_key(scenario: Scenario) -> str:
+    """The key (as ``key = value``) that makes availability depend on each device's data
+    covariate (regions assigned by it, or a habit rank-correlated with it), or ""."""
+    population = scenario.population
+    if population.region_assignment == "covariate":
+        return "population.region_assignment = 'covariate'"
+    if population.availability.mode == "habits":
+        habits = population.availability.habits
+        for field in fields(habits):
+            value = getattr(habits, field.name)
+            if field.name.endswith("_correlation") and value != 0:
+                return f"population.availability.habits.{field.name} = {value!r}"
+    return ""
+
+
+def _count_devices(scenario: Scenario, given: int | None) -> tuple[int, str]:
+    """The scenario's training devices and, unless counted in its data, where the number
+    came from: ``--num-devices``, else the data's count (FEMNIST: its writer column, no
+    image read; any other data set: loaded as a run loads it), else, where the data is not
+    at hand (the count of a data set read from files fails with neither SIMFL_DATA_DIR nor
+    data.path set), ASSUMED_NUM_DEVICES."""
+    if given is not None:
+        return given, "from --num-devices, not counted in the data"
+    from simfl.data import load_data
+    from simfl.data.femnist import count_train_clients
+    from simfl.rng import Streams
+    from simfl.runs.memory import check_memory, population_only
+
+    data = scenario.data
+    try:
+        if data.dataset == "femnist":
+            return count_train_clients(data, Streams(scenario.seed)), ""
+        with population_only():
+            check_memory(scenario)
+        return load_data(data, Streams(scenario.seed)).train.num_clients, ""
+    except InputError as e:  # the synthetic data is made, never missing: its errors stand
+        if data.dataset == "synthetic" or data.path or os.environ.get("SIMFL_DATA_DIR"):
+            raise
+        return ASSUMED_NUM_DEVICES, (
+            f"assumed: the data is not at hand to count its training clients "
+            f"({_one_line(str(e)).split(';')[0]}); --num-devices N sets the number")
 
 
 def _trace_stats(args: argparse.Namespace) -> int:
     from simfl.population.trace_stats import model_stats, trace_file_stats
 
-    population = _scenario_population(args)
-    if population is None:
+    built = _scenario_population(args)
+    if built is None:
         stats = trace_file_stats(args.source, args.num_devices)
-    elif args.num_devices is not None:
-        raise InputError("--num-devices is for a trace; a scenario has its own devices")
     else:
+        population = built.population
         stats = model_stats(population.availability, population.devices.utc_offset_s)
-    for line in _format_stats(args.source, stats):
+    for line in _format_stats(args.source, stats, built.count_note if built else ""):
         _say(line)
     return 0
 
 
 def _trace_fit(args: argparse.Namespace) -> int:
-    from simfl.population.fit import fit_availability, fit_trace, to_toml
+    """``trace fit``: the fitted tables on stdout (and ``--out``), then the fit's check
+    (simfl.population.fit_check) as TOML comments; each warning also on stderr."""
+    from simfl.population.fit import (
+        availability_observed,
+        fit_observed,
+        to_toml,
+        trace_observed,
+    )
+    from simfl.population.fit_check import STREAM, check_fit, report_lines
+    from simfl.rng import Streams
 
     if args.out is not None:
         check_output_file(args.out, args.overwrite, "fit", (".toml",))
-    population = _scenario_population(args)
-    fitted = (fit_trace(args.source) if population is None else
-              fit_availability(population.availability, population.devices.utc_offset_s))
-    text = to_toml(fitted)
+    built = _scenario_population(args)
+    if built is None:
+        observed, seed, note = trace_observed(args.source, num_devices=args.num_devices), 0, ""
+    else:
+        observed = availability_observed(built.population.availability,
+                                         built.population.devices.utc_offset_s)
+        seed, note = built.seed, built.count_note
+    fitted = fit_observed(observed)
+    check = check_fit(observed, fitted, Streams(seed).numpy(STREAM))
+    warned = [f"warning: {line}" for line in check.warnings()]
+    notes = [f"{observed.num_devices} devices ({note})"] if note else []
+    block = [*notes, *report_lines(check), *(warned or ["no statistic is off"])]
+    text = to_toml(fitted) + "".join(f"# {line}\n" for line in block)
     if args.out is not None:
         args.out.write_text(text)
     _say(text.rstrip())
+    for line in [*notes, *warned]:
+        print(f"simfl: trace fit: {line}", file=sys.stderr)
     return 0
 
 
-def _format_stats(source: Path, stats: AvailabilityStats) -> list[str]:
-    """``trace stats``' lines: the same headings for a trace and for a model."""
+def _format_stats(source: Path, stats: AvailabilityStats, count_note: str = "") -> list[str]:
+    """``trace stats``' lines: the same headings for a trace and for a model;
+    ``count_note`` says where an assumed or given device count came from."""
     clock = "local (the regions' UTC offsets)" if stats.local_time else "UTC (no offsets known)"
-    lines = [f"{source}: {stats.num_devices} devices over simulated [0, "
-             f"{stats.end_s / 3600:.1f} h)", f"online share by hour of the day, {clock}:"]
+    devices = f"{stats.num_devices} devices" + (f" ({count_note})" if count_note else "")
+    lines = [f"{source}: {devices} over simulated [0, {stats.end_s / 3600:.1f} h)",
+             f"online share by hour of the day, {clock}:"]
     shares = stats.hourly["online_share"].to_list()
     lines += ["  " + "  ".join(f"{h:02d}h {shares[h]:.3f}" for h in range(row, row + 6))
               for row in range(0, 24, 6)]
+    weekly = [f"{v:.3f}" if math.isfinite(v) else "-"
+              for v in (stats.weekday_share, stats.weekend_share, stats.weekend_ratio)]
+    lines.append(f"online share on weekdays {weekly[0]}, on weekends {weekly[1]} (weekend "
+                 f"/ weekday {weekly[2]}); days {'local' if stats.local_time else 'UTC'}, "
+                 "t = 0 is a Monday 00:00 UTC")
     summary = stats.summary
     names = summary.columns[3:]
     lines.append(f"{'quantiles':<24}{'count':>9}{'mean':>10}"

@@ -78,6 +78,20 @@ def load_femnist(cfg: DataConfig, streams: Streams) -> FederatedData:
     return FederatedData(name="femnist", train=train, test=test, num_classes=NUM_CLASSES)
 
 
+def count_train_clients(cfg: DataConfig, streams: Streams) -> int:
+    """The training writers :func:`load_femnist` keeps, from the file's writer column
+    (and sources) alone, split as it splits them: no image is read."""
+    path = resolve_data_path(cfg.path, DEFAULT_RELATIVE_PATH, "FEMNIST file", "the .npz file",
+                             MAKE_IT)
+    with _open_npz(path) as npz:
+        writers = _read(npz, "writer", path)
+        groups = group_rows(writers.astype(str) if writers.dtype.kind == "S" else writers)
+        keep = _from_sources(npz, groups.order[groups.offsets[:-1]], cfg.sources, path)
+    train_idx, _ = split_clients(np.diff(groups.offsets), cfg, streams.numpy("data_split"),
+                                 str(path), keep)
+    return int(train_idx.size)
+
+
 def _from_sources(npz: Any, first_rows: np.ndarray, sources: tuple[str, ...],
                   path: Path) -> np.ndarray | None:
     """Per writer (``first_rows``: a row of each), whether its samples come from one of

@@ -9,12 +9,11 @@ h:00 (``[h − ½, h + ½)``); ``D = T / 1 day``.
 - **Population profile** (reported as is): y(h), the online share of all devices in the
   hour centred on h:00, ``Σ_d online_d(h) / Σ_d observed_d(h)``. Under the model it is
   the region profile p smoothed by the phase distribution, ``y = p ∗ N(0, σ_φ²)``,
-  averaged over the hour. ``online_prob_by_hour`` is p **deconvolved**: on the 24-point
-  Fourier series, harmonic k (cycles a day, ω_k = 2πk / 24 h) of y is divided by
-  ``(¾ + ¼ cos ω_k) · exp(−ω_k² σ̂_φ² / 2)`` (an hour's mean of the piecewise-linear
-  profile at its knots, times the phase's smoothing) wherever that factor is at least
-  ½; weaker harmonics (k ≥ 3 at σ_φ = 1.5 h) are left as observed, so a sharp profile
-  comes back a little smoothed. Clipped to [0.001, 0.999].
+  averaged over the hour. ``online_prob_by_hour`` is p **deconvolved**
+  (simfl.population.fit_profile): the knots in [0.001, 0.999] whose hourly means,
+  smoothed by N(0, σ̂_φ²), are y less its noise (harmonics no stronger than noise
+  dropped), by bounded least squares with a small roughness penalty; so the fitted
+  model, simulated, gives back y's range (not y smoothed twice).
 - **Phase**: device d's hour-of-day shares s_d(h) = online / observed time in each hour
   over all days; its phase is the shift of their first harmonic against the
   population's, ``φ̂_d = wrap(arg C_y − arg C_d) / ω_1``, ``C_x = Σ_h x(h) e^{−iω_1 h}``
@@ -65,11 +64,11 @@ import numpy as np
 from simfl.errors import InputError
 from simfl.population.availability import Availability, check_work_bytes
 from simfl.population.diurnal import DAY_S, HOUR_S
+from simfl.population.fit_profile import OMEGA, deconvolved_profile, noise_power
 from simfl.population.habits import calibrated_logits, habit_prob
-from simfl.population.trace import read_trace
+from simfl.population.trace import read_trace, trace_metadata
+from simfl.scenario import AvailabilityConfig, HabitsConfig
 
-_OMEGA = 2 * np.pi / 24  # the first harmonic, radians per hour
-_MIN_TRANSFER = 0.5  # harmonics damped below this are left as observed
 _MIN_SESSIONS = 2
 _DAY_GRID_S = np.arange(96) * 900.0 + 450.0  # the day's 15-minute midpoints
 # Peak bytes of a fit (check_fit_size) per device and local hour of the window (its
@@ -148,7 +147,7 @@ def local_hours(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
 
 def _first_harmonic_angle(share: np.ndarray) -> np.ndarray:
     """arg C of each row's first harmonic C = Σ_h x(h) e^{−iω h}; NaN where C = 0."""
-    c = share @ np.exp(-1j * _OMEGA * np.arange(24))
+    c = share @ np.exp(-1j * OMEGA * np.arange(24))
     return np.where(np.abs(c) > 0, np.angle(c), np.nan)
 
 
@@ -163,7 +162,7 @@ def device_phases_h(hours: LocalHours, population: np.ndarray, days: slice = sli
     ``days`` against the population's ``population`` (24,), by the first harmonic."""
     lag = _first_harmonic_angle(population[None, :])[0] - _first_harmonic_angle(
         hours.hourly_share(days))
-    return _wrap_h(lag / _OMEGA)
+    return _wrap_h(lag / OMEGA)
 
 
 def phase_sd_h(hours: LocalHours, population: np.ndarray) -> float:
@@ -174,16 +173,6 @@ def phase_sd_h(hours: LocalHours, population: np.ndarray) -> float:
     ok = np.isfinite(phase) & np.isfinite(half)
     noise = np.mean(half[ok] ** 2) / 4
     return math.sqrt(max(0.0, float(np.var(phase[ok])) - noise))
-
-
-def deconvolved_profile(population: np.ndarray, phase_sd: float) -> np.ndarray:
-    """(24,) the knots p(h) whose hourly means, smoothed by N(0, phase_sd²) hours, are
-    ``population``: harmonics damped to at least ½ restored, weaker ones kept as is."""
-    omega = _OMEGA * np.arange(13)
-    transfer = (0.75 + 0.25 * np.cos(omega)) * np.exp(-(omega * phase_sd) ** 2 / 2)
-    transfer = np.where(transfer >= _MIN_TRANSFER, transfer, 1.0)
-    profile = np.fft.irfft(np.fft.rfft(population) / transfer, 24)
-    return np.clip(profile, 0.001, 0.999)
 
 
 def _day_mean_prob(hour_logits: np.ndarray, z: np.ndarray
@@ -300,7 +289,8 @@ def fit_habits(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
     hours = local_hours(device, t_on_s, t_off_s, utc_offset_s, horizon_s)
     population = hours.online_s.sum(axis=(0, 1)) / hours.observed_s.sum(axis=(0, 1))
     phase = phase_sd_h(hours, population)
-    profile = deconvolved_profile(population, phase)
+    profile = deconvolved_profile(population, phase, noise_power(
+        hours.online_s.sum(axis=0), hours.observed_s.sum(axis=0)))
     session_mean, session_log_sd, used = session_moments(
         device_sessions(device, t_on_s, t_off_s, n, horizon_s))
     return FittedHabits(
@@ -312,15 +302,64 @@ def fit_habits(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarray,
         num_days=num_days, num_sessions=used)
 
 
-def fit_availability(availability: Availability, utc_offset_s: np.ndarray) -> FittedHabits:
-    """fit_habits on a built population's availability (e.g. a scenario's) over its
-    horizon, or, for a replayed trace (no horizon), the whole days up to its last start."""
+@dataclass(frozen=True)
+class Observed:
+    """Online intervals to fit (and to check the fit against), sorted by (device, t_on_s)
+    as read_trace and Availability.intervals give them, and what frames them."""
+
+    device: np.ndarray
+    t_on_s: np.ndarray
+    t_off_s: np.ndarray
+    utc_offset_s: np.ndarray  # (N,) devices 0..N-1; zeros for a trace
+    horizon_s: float  # the window [0, horizon_s)
+    local_time: bool  # the offsets are known (a scenario's devices); else UTC (a trace)
+    source: str  # the trace or key, for messages
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.utc_offset_s.shape[0])
+
+
+def availability_observed(availability: Availability, utc_offset_s: np.ndarray
+                          ) -> Observed:
+    """A built population's availability (e.g. a scenario's) over its horizon, or, for a
+    replayed trace (no horizon), the whole days up to its last start."""
     device, t_on, t_off = availability.intervals()
     horizon_s = availability.horizon_s
     if not math.isfinite(horizon_s):
         horizon_s = _days_to_last_start(t_on)
-    return fit_habits(device, t_on, t_off, utc_offset_s, horizon_s,
-                      source="population.availability")
+    return Observed(device, t_on, t_off, np.asarray(utc_offset_s, dtype=float), horizon_s,
+                    True, "population.availability")
+
+
+def trace_observed(path: str | Path, horizon_s: float | None = None,
+                   num_devices: int | None = None) -> Observed:
+    """A trace file (simfl.population.trace): devices 0..``num_devices`` − 1 (default: its
+    recorded client count, else up to its highest client_idx), local time = UTC (a trace
+    has no offsets), over [0, horizon_s), by default its recorded window, else the whole
+    days up to the last interval's start."""
+    recorded = trace_metadata(path)
+    given = " (--num-devices)" if num_devices else " (recorded in the trace)"
+    num_devices = num_devices or recorded.num_clients
+    device, t_on, t_off = read_trace(path, num_devices or int(np.iinfo(np.int64).max))
+    if device.size == 0:
+        raise InputError(f"{path}: the trace holds no online interval")
+    horizon_s = horizon_s or recorded.end_s or _days_to_last_start(t_on)
+    count = int(device.max()) + 1 if num_devices is None else num_devices
+    check_fit_size(count, horizon_s, int(device.size), str(path),
+                   given if num_devices else f" (client_idx up to {count - 1})")
+    return Observed(device, t_on, t_off, np.zeros(count), horizon_s, False, str(path))
+
+
+def fit_observed(observed: Observed) -> FittedHabits:
+    """fit_habits on ``observed``."""
+    return fit_habits(observed.device, observed.t_on_s, observed.t_off_s,
+                      observed.utc_offset_s, observed.horizon_s, observed.source)
+
+
+def fit_availability(availability: Availability, utc_offset_s: np.ndarray) -> FittedHabits:
+    """fit_habits on a built population's availability (:func:`availability_observed`)."""
+    return fit_observed(availability_observed(availability, utc_offset_s))
 
 
 def _days_to_last_start(t_on_s: np.ndarray) -> float:
@@ -331,28 +370,31 @@ def _days_to_last_start(t_on_s: np.ndarray) -> float:
 
 
 def fit_trace(path: str | Path, horizon_s: float | None = None) -> FittedHabits:
-    """fit_habits on a trace file (simfl.population.trace): devices 0..max client_idx,
-    local time = UTC (a trace has no offsets), over [0, horizon_s), by default the whole
-    days up to the last interval's start."""
-    device, t_on, t_off = read_trace(path, int(np.iinfo(np.int64).max))
-    if device.size == 0:
-        raise InputError(f"{path}: the trace holds no online interval")
-    if horizon_s is None:
-        horizon_s = _days_to_last_start(t_on)
-    num_devices = int(device.max()) + 1
-    check_fit_size(num_devices, horizon_s, int(device.size), str(path),
-                   f" (client_idx up to {num_devices - 1})")
-    return fit_habits(device, t_on, t_off, np.zeros(num_devices), horizon_s, str(path))
+    """fit_habits on a trace file (:func:`trace_observed`)."""
+    return fit_observed(trace_observed(path, horizon_s))
 
 
 # The scenario's checks (simfl.scenario.HabitsConfig): fitted values are clipped into them.
 _BOUNDS = {"propensity_logit_sd": 5.0, "phase_sd_h": 12.0, "session_log_sd": 3.0}
 
 
+def fitted_config(fitted: FittedHabits) -> AvailabilityConfig:
+    """The availability the fitted tables (:func:`to_toml`) give a scenario: mode habits,
+    the values as written (4 decimals; the session mean 1), spreads clipped into the
+    scenario's bounds, everything else at its default."""
+    spreads = {name: round(min(getattr(fitted, name), bound), 4)
+               for name, bound in _BOUNDS.items()}
+    return AvailabilityConfig(
+        mode="habits", online_prob_by_hour=tuple(round(p, 4) for p in
+                                                 fitted.online_prob_by_hour),
+        session_mean_s=round(fitted.session_mean_s, 1), habits=HabitsConfig(**spreads))
+
+
 def to_toml(fitted: FittedHabits) -> str:
     """The fitted parameters as the ``[population.availability]`` (mode "habits") and
-    ``[population.availability.habits]`` tables of a scenario."""
-    p = fitted.online_prob_by_hour
+    ``[population.availability.habits]`` tables of a scenario (:func:`fitted_config`)."""
+    cfg = fitted_config(fitted)
+    p = cfg.online_prob_by_hour
     hours = ",\n    ".join(", ".join(f"{v:.4f}" for v in p[i:i + 8]) for i in (0, 8, 16))
     lines = [
         f"# Fitted to {fitted.num_devices} devices over {fitted.num_days:g} days "
@@ -360,10 +402,9 @@ def to_toml(fitted: FittedHabits) -> str:
         "[population.availability]",
         'mode = "habits"',
         f"online_prob_by_hour = [\n    {hours},\n]",
-        f"session_mean_s = {fitted.session_mean_s:.1f}",
+        f"session_mean_s = {cfg.session_mean_s:.1f}",
         "",
         "[population.availability.habits]",
     ]
-    for name, bound in _BOUNDS.items():
-        lines.append(f"{name} = {min(getattr(fitted, name), bound):.4f}")
+    lines += [f"{name} = {getattr(cfg.habits, name):.4f}" for name in _BOUNDS]
     return "\n".join(lines) + "\n"

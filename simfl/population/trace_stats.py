@@ -12,7 +12,12 @@ Over a window ``[0, end_s)`` of simulated time (intervals are cut to it):
 - **gap length**: each offline span between two sessions of a device (within the
   window);
 - **devices online per day**: for each whole UTC day of the window, the number of
-  distinct devices online at some time in it.
+  distinct devices online at some time in it;
+- **weekday and weekend online share**: of all device-seconds of the window on local
+  weekdays (Monday to Friday) and on local weekends (Saturday and Sunday), the share
+  online. Simulated t = 0 is Monday 00:00 UTC; a device's local day is its UTC day
+  shifted by its offset (day ``floor((t + offset) / 1 day)``, Monday when 0 mod 7), UTC
+  where no offset is known. NaN where the window holds no such time.
 
 Torch-free and numpy/polars only, so a fit of the availability model can reuse it.
 """
@@ -28,10 +33,11 @@ import polars as pl
 
 from simfl.errors import InputError
 from simfl.population.availability import Availability, check_work_bytes
-from simfl.population.trace import read_trace
+from simfl.population.trace import read_trace, trace_metadata
 
 DAY_S = 86400.0
 HOUR_S = 3600.0
+WEEK_S = 7 * DAY_S  # simulated t = 0 is Monday 00:00 UTC
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 STATISTICS = ("device online share", "session length (s)", "gap length (s)",
               "devices online per day")
@@ -54,7 +60,16 @@ class AvailabilityStats:
     summary: pl.DataFrame
     num_devices: int
     end_s: float
-    local_time: bool  # hours are the devices' local hours (else UTC)
+    local_time: bool  # hours and days are the devices' local ones (else UTC)
+    weekday_share: float  # online share on local Monday to Friday (NaN: none in the window)
+    weekend_share: float  # on local Saturday and Sunday
+
+    @property
+    def weekend_ratio(self) -> float:
+        """The weekend's online share over the weekdays' (NaN where either is missing)."""
+        if self.weekday_share > 0 and math.isfinite(self.weekend_share):
+            return self.weekend_share / self.weekday_share
+        return math.nan
 
 
 def window_end(t_on_s: np.ndarray, t_off_s: np.ndarray, horizon_s: float = math.inf) -> float:
@@ -84,6 +99,29 @@ def _hourly(device: np.ndarray, on: np.ndarray, off: np.ndarray, end_s: float,
                           - _seconds_in_hour(offset_s, hour))
         share.append(online / exposure if exposure > 0 else math.nan)
     return pl.DataFrame({"hour": np.arange(24, dtype=np.int64), "online_share": share})
+
+
+def _seconds_in_weekend(local_s: np.ndarray | float) -> np.ndarray:
+    """Seconds of local Saturdays and Sundays (days 5 and 6 of each week from local
+    time 0, a Monday 00:00) in [0, local_s): a cumulative count, so that F(b) - F(a) is
+    the count in [a, b) for any a <= b, negative ones too."""
+    weeks = np.floor(np.asarray(local_s, dtype=float) / WEEK_S)
+    return weeks * 2 * DAY_S + np.clip(local_s - weeks * WEEK_S - 5 * DAY_S, 0.0, 2 * DAY_S)
+
+
+def _weekly(device: np.ndarray, on: np.ndarray, off: np.ndarray, end_s: float,
+            offset_s: np.ndarray) -> tuple[float, float]:
+    """(weekday, weekend) online share of the intervals, cut to [0, end_s), on the local
+    days of the devices at ``offset_s``."""
+    shift = offset_s[device]
+    weekend_online = float(np.sum(_seconds_in_weekend(off + shift)
+                                  - _seconds_in_weekend(on + shift)))
+    weekend = float(np.sum(_seconds_in_weekend(end_s + offset_s)
+                           - _seconds_in_weekend(offset_s)))
+    weekday = offset_s.size * end_s - weekend
+    weekday_online = float(np.sum(off - on)) - weekend_online
+    return (weekday_online / weekday if weekday > 0 else math.nan,
+            weekend_online / weekend if weekend > 0 else math.nan)
 
 
 def _row(name: str, values: np.ndarray) -> dict[str, object]:
@@ -163,27 +201,30 @@ def availability_stats(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarr
         _row(STATISTICS[0], share), _row(STATISTICS[1], sessions), _row(STATISTICS[2], gaps),
         _row(STATISTICS[3], _per_day(device, on, off, end_s, num_devices).astype(np.float64))])
     return AvailabilityStats(_hourly(device, on, off, end_s, offsets), summary, num_devices,
-                             end_s, utc_offset_s is not None)
+                             end_s, utc_offset_s is not None,
+                             *_weekly(device, on, off, end_s, offsets))
 
 
 def trace_file_stats(path: Path, num_devices: int | None = None) -> AvailabilityStats:
-    """Statistics of a trace file over [0, its latest finite switch time), hours in UTC;
-    ``num_devices`` counts the devices never online too (default: the highest
-    client_idx + 1: a trace names only devices that are online at some time). InputError
-    where they would take too much memory, judged before they are made (for a
+    """Statistics of a trace file over [0, its recorded window end, else its latest
+    finite switch time), hours in UTC; ``num_devices`` counts the devices never online
+    too (default: its recorded client count, else the highest client_idx + 1: a trace
+    names only devices that are online at some time; simfl.population.trace's metadata).
+    InputError where they would take too much memory, judged before they are made (for a
     ``num_devices`` beyond it, before the trace is read)."""
+    recorded = trace_metadata(path)
+    given = " (--num-devices)" if num_devices is not None else " (recorded in the trace)"
+    num_devices = num_devices if num_devices is not None else recorded.num_clients
     if num_devices is not None:
         check_work_bytes(_BYTES_PER_DEVICE * float(num_devices),
-                         f"{path}: statistics of num_devices = {num_devices} devices "
-                         "(--num-devices)")
+                         f"{path}: statistics of num_devices = {num_devices} devices{given}")
     device, on, off = read_trace(path, num_devices)
     if not device.size:
         raise InputError(f"{path}: the trace holds no online interval")
     count = int(device.max(initial=-1)) + 1 if num_devices is None else num_devices
-    end_s = window_end(on, off)
+    end_s = window_end(on, off, recorded.end_s or math.inf)
     check_stats_size(on, off, count, end_s, str(path),
-                     " (--num-devices)" if num_devices is not None else
-                     f" (client_idx up to {count - 1})")
+                     given if num_devices is not None else f" (client_idx up to {count - 1})")
     return availability_stats(device, on, off, count, end_s, source=str(path))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -90,16 +91,21 @@ def test_stats_command_prints_the_same_headings_for_a_model_and_a_trace(
 
     def headings(lines: list[str]) -> list[str]:  # all but the numbers
         hours = [word for line in lines[2:6] for word in line.split()[::2]]
-        return [lines[1].split(",")[0], *hours, lines[6], *(line[:24] for line in lines[7:])]
+        week = re.sub(r"\d\.\d+|(?<= )-(?=\W)", "#", lines[6].split(";")[0])
+        return [lines[1].split(",")[0], *hours, week, lines[7],
+                *(line[:24] for line in lines[8:])]
 
-    assert len(model) == len(replay) == 11 and headings(model) == headings(replay)
-    assert [line[:24].strip() for line in model[6:]] == ["quantiles", *STATISTICS]
+    assert len(model) == len(replay) == 12 and headings(model) == headings(replay)
+    assert model[6].endswith("days local, t = 0 is a Monday 00:00 UTC")
+    assert replay[6].endswith("days UTC, t = 0 is a Monday 00:00 UTC")
+    assert [line[:24].strip() for line in model[7:]] == ["quantiles", *STATISTICS]
 
 
 @pytest.mark.parametrize("args, message", [
     (["missing.parquet"], "trace file not found"),
     (["t.csv", "--set", "seed=1"], "--set is for a scenario"),
-    ([QUICK, "--num-devices", "3"], "--num-devices is for a trace"),
+    ([QUICK, "--set", 'population.region_assignment="covariate"', "--num-devices", "3"],
+     "data covariate, so the data must be loaded"),
     (["t.csv", "--num-devices", "0"], "expected a whole number >= 1"),
 ])
 def test_stats_bad_input_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
