@@ -289,6 +289,7 @@ AGGREGATORS = Registry("aggregators", [
 MODELS = Registry("models", [
     _own("linear", "simfl.train.models:LinearSoftmax", ("bias",)),
     _own("convnet", "simfl.train.models:ConvNet"),
+    _own("cnn", "simfl.train.models:SmallCNN"),  # any C×H×W (not the papers')
     _own("gru", "simfl.train.models:CharGRU", ("hidden",)),  # Shakespeare's characters
 ])
 DATASETS = Registry("datasets", [

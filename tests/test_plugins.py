@@ -307,10 +307,16 @@ def test_a_plugin_model_builds_and_initialises(tmp_path: Path,
     sys.modules.pop("mymodels")
     assert "hidden" in inspect.signature(plugins.import_path("mymodels:mlp", "k", "s")
                                          ).parameters
+    # its training cost per sample is counted from the module: 3 x (60 x 8 + 8 x 10) MACs
+    # on the default synthetic data, as if the key had said so
     scenario = tmp_path / "s.toml"
-    scenario.write_text('[model]\nname = "mymodels:mlp"\n')
-    with pytest.raises(InputError, match="no FLOP count for model 'mymodels:mlp'"):
-        simfl.simulate(load_scenario(scenario), tmp_path / "out")
+    base = '[model]\nname = "mymodels:mlp"\n[server]\nnum_rounds = 2\n'
+    scenario.write_text(base)
+    counted = simfl.simulate(load_scenario(scenario), tmp_path / "out").devices
+    scenario.write_text(base + f"[population.compute]\ntrain_flops_per_sample = "
+                               f"{3.0 * (60 * 8 + 8 * 10)}\n")
+    given = simfl.simulate(load_scenario(scenario), tmp_path / "given").devices
+    assert counted["train_s_per_sample"].to_list() == given["train_s_per_sample"].to_list()
 
 
 def test_resume_refuses_a_plugin_whose_package_version_changed(

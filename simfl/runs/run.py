@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -31,7 +32,7 @@ from simfl.plugins import check_origins, source_sha256
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
-from simfl.population.compute import describe_origin
+from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE, TRAIN_TO_FORWARD, describe_origin
 from simfl.population.habits import Habits
 from simfl.population.table import DeviceTable
 from simfl.population.trace_map import MappedTrace, check_trace_devices
@@ -69,6 +70,7 @@ from simfl.runs.memory import check_memory, devices_from_keys, peak_bytes, reset
 from simfl.runs.replay import JournaledLearner
 from simfl.scenario import (
     EstimatorConfig,
+    PopulationConfig,
     Scenario,
     flatten,
     from_manifest,
@@ -82,6 +84,7 @@ from simfl.sim.server import sync_server
 from simfl.sim.tasks import Fleet, Wiring
 from simfl.train import build_model, initial_params
 from simfl.train.local import LocalWork
+from simfl.train.models import check_fits, forward_macs
 
 MAX_PLAN_BYTES = 4 * 2**30  # a cohort's minibatch indices and mask (simfl.train.batched)
 MAX_AVAILABILITY_HOURS = 1_000_000  # availability.parquet: at most this many rows a region
@@ -223,6 +226,7 @@ def _build(scenario: Scenario) -> _Built:
     dtype = getattr(torch, scenario.train.dtype)
     model = build_model(scenario.model.name, data.input_shape, data.num_classes,
                         scenario.model.bias, scenario.model.params).to(device)
+    check_fits(model, _one_sample(data).to(device), data.num_classes, scenario.model.name)
     params = initial_params(model, streams.seed("init"), dtype, scenario.model.init).to(device)
     work = LocalWork(model, data, scenario.train, scenario.model.l2, scenario.eval.batch_size,
                      streams, scenario.eval.class_major)
@@ -274,13 +278,6 @@ def check_feasible(scenario: Scenario, data: FederatedData) -> None:
                          f"('server.{key}') with batches of {batch} and {largest} samples on "
                          f"the largest device: a cohort's minibatch plan would take "
                          f"{plan_bytes / 2**30:.3g} GiB (limit {MAX_PLAN_BYTES / 2**30:.0f} GiB)")
-    if scenario.model.name == "convnet" and len(data.input_shape) < 2:
-        raise InputError(f"'model.name' = 'convnet' needs image data; "
-                         f"'data.dataset' = {scenario.data.dataset!r} gives vectors")
-    if (scenario.model.name == "gru") != (data.name == "shakespeare"):
-        raise InputError(f"'model.name' = {scenario.model.name!r} with 'data.dataset' = "
-                         f"{scenario.data.dataset!r}: the GRU reads character windows, and "
-                         "Shakespeare's windows need the GRU")
 
 
 def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[str, Any],
@@ -374,11 +371,31 @@ def _population(scenario: Scenario, data: FederatedData, streams: Streams) -> Po
     """One device per training client (regions by the clients' covariate if configured),
     computing the scenario's model, and one per unseen test client, drawn alike from
     streams of their own (simfl.population.build.build_unseen)."""
-    cfg = scenario.population
+    cfg = _counted_cost(scenario, data)
     return build_population(cfg, data.train.num_clients,
                             client_covariate(data.train, cfg.covariate, data.num_classes), streams,
                             scenario.model.name, data.test.num_clients,
                             client_covariate(data.test, cfg.covariate, data.num_classes))
+
+
+def _one_sample(data: FederatedData) -> torch.Tensor:
+    """(1, *input_shape): the first training device's first sample."""
+    first = data.train.subset(np.zeros(1, dtype=np.int64))
+    return first.x[:1]
+
+
+def _counted_cost(scenario: Scenario, data: FederatedData) -> PopulationConfig:
+    """The population's configuration, with the model's training cost per sample counted
+    from its forward pass (3 × its multiply-accumulates, simfl.train.models.forward_macs)
+    where neither ``population.compute.train_flops_per_sample`` nor the built-in table
+    (simfl.population.compute) gives it: a plug-in's or the cnn's."""
+    cfg = scenario.population
+    if cfg.compute.train_flops_per_sample > 0 or scenario.model.name in TRAIN_FLOPS_PER_SAMPLE:
+        return cfg
+    macs = forward_macs(scenario.model, data.input_shape, data.num_classes,
+                        _one_sample(data).dtype)
+    counted = dataclasses.replace(cfg.compute, train_flops_per_sample=TRAIN_TO_FORWARD * macs)
+    return dataclasses.replace(cfg, compute=counted)
 
 
 def scenario_population(scenario: Scenario) -> Population:

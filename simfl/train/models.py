@@ -46,7 +46,8 @@ class ConvNet(nn.Module):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
         if tuple(input_shape) != (1, 28, 28):
-            raise ValueError(f"ConvNet needs (1, 28, 28) images, got {input_shape}")
+            raise ValueError(f"the papers' ConvNet needs (1, 28, 28) images, got inputs of "
+                             f"shape {tuple(input_shape)} (the cnn model fits any C×H×W)")
         self.conv1 = nn.Conv2d(1, 32, 5)
         self.conv2 = nn.Conv2d(32, 64, 5)
         self.fc = nn.Linear(1024, num_classes)
@@ -54,6 +55,37 @@ class ConvNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = relu_max_pool(self.conv1(x))
         x = relu_max_pool(self.conv2(x))
+        return self.fc(x.flatten(start_dim=1))
+
+
+class SmallCNN(nn.Module):
+    """A small ConvNet for images of any C×H×W (``model.name = "cnn"``; not the papers').
+
+    conv C→32 3×3 (padding 1), ReLU, max-pool 2; conv 32→64 3×3 (padding 1), ReLU,
+    max-pool 2; average-pool to 2×2; linear 256→classes. A pooling step is skipped
+    where the side it halves is below 2 (a 1×1 input still fits), so CIFAR's 3×32×32
+    (21,962 parameters with 10 classes) and FEMNIST's 1×28×28 (34,750 with 62) both do.
+    """
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+        super().__init__()
+        if len(input_shape) != 3:
+            raise ValueError(f"the cnn needs images (channels, height, width), got "
+                             f"inputs of shape {tuple(input_shape)}")
+        channels, height, width = input_shape
+        self.pools: list[bool] = []
+        for _ in range(2):
+            self.pools.append(min(height, width) >= 2)
+            height, width = (height // 2, width // 2) if self.pools[-1] else (height, width)
+        self.conv1 = nn.Conv2d(channels, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc = nn.Linear(64 * 2 * 2, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv, pool in zip((self.conv1, self.conv2), self.pools, strict=True):
+            x = torch.relu(conv(x))
+            x = torch.max_pool2d(x, 2) if pool else x
+        x = nn.functional.adaptive_avg_pool2d(x, 2)
         return self.fc(x.flatten(start_dim=1))
 
 
@@ -126,8 +158,13 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
     if not bias and "bias" not in plugin.keys:
         raise ValueError(f"bias=False is for the linear model, not {name!r}")
     cfg = ModelConfig(name=name, bias=bias, params=dict(params or {}))
-    model: nn.Module = build(plugin, "model.name", cfg, tuple(input_shape), num_classes,
-                             expect=nn.Module)
+    try:
+        model: nn.Module = build(plugin, "model.name", cfg, tuple(input_shape), num_classes,
+                                 expect=nn.Module)
+    except ValueError as e:
+        if not plugin.builtin:
+            raise
+        raise InputError(f"'model.name' = {name!r}: {e}") from None
     if not plugin.builtin:
         named = list(model.named_parameters())
         odd = [n for n, p in named if not p.is_floating_point()]
@@ -139,6 +176,40 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
                              f"torch.nn.Module whose floating-point parameters training moves "
                              f"(docs/extending.md)")
     return model
+
+
+def forward_macs(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int,
+                 dtype: torch.dtype) -> float:
+    """Multiply-accumulates of the model's forward pass on one sample, counted by torch's
+    FlopCounterMode (2 FLOPs a MAC; operations it has no formula for, such as
+    activations and pooling, count 0, as in the hand counts of
+    simfl.population.compute) on the meta device: nothing is allocated."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = build_model(cfg.name, input_shape, num_classes, cfg.bias, cfg.params)
+        sample = torch.zeros(1, *input_shape, dtype=dtype)
+        with FlopCounterMode(display=False) as counter:
+            model(sample)
+    return counter.get_total_flops() / 2
+
+
+def check_fits(model: nn.Module, sample: torch.Tensor, num_classes: int, name: str) -> None:
+    """InputError (one line, naming 'model.name') unless ``model`` maps one input
+    ``sample`` (the data's own, batch of 1) to (1, num_classes) logits: a model and data
+    that do not fit are refused before any training, whichever model it is."""
+    try:
+        with torch.no_grad():
+            out = model(sample)
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"'model.name' = {name!r} does not fit the data's inputs (shape "
+                         f"{tuple(sample.shape[1:])}, {str(sample.dtype).removeprefix('torch.')})"
+                         f": {first}") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, num_classes):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise InputError(f"'model.name' = {name!r} maps one input of the data to {got}, not "
+                         f"(1, {num_classes}) logits for its {num_classes} classes")
 
 
 @dataclass(frozen=True)
