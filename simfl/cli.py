@@ -146,10 +146,15 @@ def _trace_source_parser(command: str, description: str) -> argparse.ArgumentPar
 
 
 def _trace_stats_parser() -> argparse.ArgumentParser:
-    return _trace_source_parser(
+    parser = _trace_source_parser(
         "stats", "Availability statistics of a trace or of a scenario's model: online share "
                  "by hour of the day and on weekdays and weekends, quantiles of device "
                  "online share, session and gap lengths, devices online per day.")
+    parser.add_argument("--figure", type=Path, metavar="FILE",
+                        help="also draw the online share by hour (weekdays, weekend) and "
+                             "the devices' online shares to FILE (.png, .pdf, .svg)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --figure")
+    return parser
 
 
 def _trace_fit_parser() -> argparse.ArgumentParser:
@@ -633,14 +638,27 @@ def _count_devices(scenario: Scenario, given: int | None) -> tuple[int, str]:
 def _trace_stats(args: argparse.Namespace) -> int:
     from simfl.population.trace_stats import model_stats, trace_file_stats
 
+    if args.figure is not None:
+        check_output_file(args.figure, args.overwrite, "figure", (".png", ".pdf", ".svg"))
     built = _scenario_population(args)
     if built is None:
         stats = trace_file_stats(args.source, args.num_devices)
     else:
         population = built.population
-        stats = model_stats(population.availability, population.devices.utc_offset_s)
+        window = population.trace.end_s if population.trace is not None else math.inf
+        stats = model_stats(population.availability, population.devices.utc_offset_s, window)
     for line in _format_stats(args.source, stats, built.count_note if built else ""):
         _say(line)
+    if args.figure is not None:
+        from simfl.plots import save_figure
+        from simfl.plots.population import plot_population
+
+        clock = "local" if stats.local_time else "UTC"
+        save_figure(plot_population(stats.hourly, stats.device_share,
+                                    f"{args.source.name}: {stats.num_devices} devices over "
+                                    f"{stats.end_s / 86400:.3g} days ({clock} hours)"),
+                    args.figure)
+        _say(f"wrote {args.figure}")
     return 0
 
 

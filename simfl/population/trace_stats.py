@@ -53,11 +53,14 @@ SUMMARY_SCHEMA = {"statistic": pl.String, "count": pl.Int64, "mean": pl.Float64,
 
 @dataclass(frozen=True)
 class AvailabilityStats:
-    """``hourly``: hour (0..23), online_share. ``summary``: one row per STATISTICS
-    entry with its count, mean and quantiles q05 .. q95 (null where count is 0)."""
+    """``hourly``: hour (0..23), online_share, and the same on weekdays and on weekend
+    days (weekday_share, weekend_share). ``summary``: one row per STATISTICS entry with
+    its count, mean and quantiles q05 .. q95 (null where count is 0). ``device_share``:
+    (N,) each device's online share of the window."""
 
     hourly: pl.DataFrame
     summary: pl.DataFrame
+    device_share: np.ndarray
     num_devices: int
     end_s: float
     local_time: bool  # hours and days are the devices' local ones (else UTC)
@@ -89,16 +92,36 @@ def _seconds_in_hour(local_s: np.ndarray, hour: int) -> np.ndarray:
     return days * HOUR_S + np.clip(local_s - days * DAY_S - hour * HOUR_S, 0.0, HOUR_S)
 
 
+def _weekend_seconds_in_hour(local_s: np.ndarray, hour: int) -> np.ndarray:
+    """Seconds of local hour ``hour`` of Saturdays and Sundays in [0, local_s): a
+    cumulative count, as :func:`_seconds_in_hour`."""
+    weeks = np.floor(local_s / WEEK_S)
+    rest = local_s - weeks * WEEK_S
+    return weeks * 2 * HOUR_S + sum(np.clip(rest - day * DAY_S - hour * HOUR_S, 0.0, HOUR_S)
+                                    for day in (5, 6))
+
+
 def _hourly(device: np.ndarray, on: np.ndarray, off: np.ndarray, end_s: float,
             offset_s: np.ndarray) -> pl.DataFrame:
     shift = offset_s[device]
-    share = []
+
+    def ratio(online: float, exposure: float) -> float:
+        return online / exposure if exposure > 0 else math.nan
+
+    columns: dict[str, list[float]] = {"online_share": [], "weekday_share": [],
+                                       "weekend_share": []}
     for hour in range(24):
         online = np.sum(_seconds_in_hour(off + shift, hour) - _seconds_in_hour(on + shift, hour))
         exposure = np.sum(_seconds_in_hour(end_s + offset_s, hour)
                           - _seconds_in_hour(offset_s, hour))
-        share.append(online / exposure if exposure > 0 else math.nan)
-    return pl.DataFrame({"hour": np.arange(24, dtype=np.int64), "online_share": share})
+        weekend = np.sum(_weekend_seconds_in_hour(off + shift, hour)
+                         - _weekend_seconds_in_hour(on + shift, hour))
+        weekend_exposure = np.sum(_weekend_seconds_in_hour(end_s + offset_s, hour)
+                                  - _weekend_seconds_in_hour(offset_s, hour))
+        columns["online_share"].append(ratio(online, exposure))
+        columns["weekday_share"].append(ratio(online - weekend, exposure - weekend_exposure))
+        columns["weekend_share"].append(ratio(weekend, weekend_exposure))
+    return pl.DataFrame({"hour": np.arange(24, dtype=np.int64), **columns})
 
 
 def _seconds_in_weekend(local_s: np.ndarray | float) -> np.ndarray:
@@ -200,8 +223,8 @@ def availability_stats(device: np.ndarray, t_on_s: np.ndarray, t_off_s: np.ndarr
     summary = pl.DataFrame(schema=SUMMARY_SCHEMA, data=[
         _row(STATISTICS[0], share), _row(STATISTICS[1], sessions), _row(STATISTICS[2], gaps),
         _row(STATISTICS[3], _per_day(device, on, off, end_s, num_devices).astype(np.float64))])
-    return AvailabilityStats(_hourly(device, on, off, end_s, offsets), summary, num_devices,
-                             end_s, utc_offset_s is not None,
+    return AvailabilityStats(_hourly(device, on, off, end_s, offsets), summary, share,
+                             num_devices, end_s, utc_offset_s is not None,
                              *_weekly(device, on, off, end_s, offsets))
 
 
@@ -228,10 +251,12 @@ def trace_file_stats(path: Path, num_devices: int | None = None) -> Availability
     return availability_stats(device, on, off, count, end_s, source=str(path))
 
 
-def model_stats(availability: Availability, utc_offset_s: np.ndarray) -> AvailabilityStats:
+def model_stats(availability: Availability, utc_offset_s: np.ndarray,
+                end_s: float = math.inf) -> AvailabilityStats:
     """Statistics of a population's availability (e.g. the diurnal model's draws) over
-    [0, its horizon), hours local to each device's UTC offset."""
+    [0, its horizon) (or [0, ``end_s``): a replayed trace's window), hours local to each
+    device's UTC offset."""
     device, on, off = availability.intervals()
-    return availability_stats(device, on, off, availability.num_devices,
-                              window_end(on, off, availability.horizon_s), utc_offset_s,
+    window = end_s if math.isfinite(end_s) else window_end(on, off, availability.horizon_s)
+    return availability_stats(device, on, off, availability.num_devices, window, utc_offset_s,
                               source="population.availability")
