@@ -1,0 +1,223 @@
+"""The availability term to first order, predicted from a run's own tables and set
+against the measured one (docs/theory.md).
+
+    python -m simfl.study.theory RUN_OR_SWEEP_DIR ... [--window 900:1000] [--figure FILE]
+
+**The prediction.** The availability term is E_online − E_all (simfl.quantile.panel):
+the estimator's mean on random cohorts of the devices online when a round opens,
+less its mean on random cohorts of all training devices. For ``cohort_exact`` and a
+cohort large enough that both means sit near the quantiles they estimate, it is the
+difference between the (1 − θ) α-weighted quantile of the online devices' losses and
+that of all devices, Q_on − Q. Device k is online with probability π_k(t) (the model's
+oracle rate, HabitRates or ProfileRates), so the online devices' expected α-weighted loss
+distribution is F_on(x) = Σ_k α_k π_k 1[F_k ≤ x] / Σ_k α_k π_k, against the
+population's F(x) = Σ_k α_k 1[F_k ≤ x] / Σ_k α_k. A Bahadur-type expansion of the
+quantile of F_on around Q (Bahadur 1966; Serfling 1980, §2.5), F_on(Q_on) = F(Q):
+
+    Q_on − Q ≈ −(F_on(Q) − F(Q)) / f(Q),
+
+f the density of F at Q. Its numerator is a covariance: F_on(Q) − F(Q) =
+Cov_α(π, 1[F ≤ Q]) / E_α[π] (α-weighted moments over the devices): devices more often
+online than average that sit below Q pull the online quantile down, whether they are
+online more because of their data (a coupling) or are below Q because being online
+more got them selected and fitted more (exposure). f(Q) is an α-weighted Gaussian
+kernel density at Q, bandwidth by Silverman's rule, 0.9 min(sd, IQR / 1.34) n^(−1/5),
+n the weights' effective count (Σα)² / Σα².
+
+**The check.** A run's eval.parquet holds every training device's loss F_k at its
+evaluation rounds, devices.parquet each device's α (its samples), UTC offset and
+habits, and bias.parquet the measured availability term of each estimator at its
+bias rounds. For each bias round in the window, π_k is the oracle rate at that round's
+time and F_k the losses of the evaluation round nearest after it (the same round where
+they coincide; kept archives hold the final evaluation only, whose losses then stand
+in for the window's rounds: an approximation the output states). Per run: the mean
+predicted and the mean measured ``cohort_exact`` term over the window's bias rounds.
+Across runs: the least-squares line of measured on predicted, and R².
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from simfl.errors import InputError
+from simfl.quantile import weighted_quantile
+from simfl.rundir import MANIFEST
+from simfl.study import run_command
+
+
+def weighted_density(values: np.ndarray, weights: np.ndarray, at: float) -> float:
+    """The α-weighted Gaussian kernel density of ``values`` at ``at``, Silverman's
+    bandwidth 0.9 min(sd, IQR / 1.34) n^(−1/5) with n = (Σw)² / Σw²."""
+    w = weights / weights.sum()
+    mean = float(w @ values)
+    sd = math.sqrt(float(w @ (values - mean) ** 2))
+    iqr = weighted_quantile(values, w, 0.75) - weighted_quantile(values, w, 0.25)
+    spread = min(sd, iqr / 1.34) if iqr > 0 else sd
+    n = 1.0 / float(w @ w)
+    h = 0.9 * spread * n ** -0.2
+    if h <= 0:
+        return math.inf
+    z = (at - values) / h
+    return float(w @ np.exp(-0.5 * z * z)) / (h * math.sqrt(2 * math.pi))
+
+
+def predicted_term(losses: np.ndarray, alpha: np.ndarray, online_prob: np.ndarray,
+                   level: float) -> float:
+    """−(F_on(Q) − F(Q)) / f(Q): the first-order availability term (module docstring)."""
+    q = weighted_quantile(losses, alpha, level)
+    below = losses <= q
+    f_all = float(alpha[below].sum() / alpha.sum())
+    on = alpha * online_prob
+    f_on = float(on[below].sum() / on.sum())
+    return -(f_on - f_all) / weighted_density(losses, alpha, q)
+
+
+def oracle_rates(manifest: dict, devices: pl.DataFrame):  # noqa: ANN201
+    """The availability model's true online probabilities of the run's training devices
+    (the ``ipw_known`` oracle), rebuilt from its manifest's scenario and its
+    devices.parquet (each device's UTC offset and drawn habits): no data set needed."""
+    from simfl.population.diurnal import ProfileRates
+    from simfl.population.habits import HabitRates, Habits, calibrated_logits
+    from simfl.scenario import from_manifest
+
+    scenario = from_manifest(manifest, str(MANIFEST))
+    cfg = scenario.population.availability
+    train = devices.filter(pl.col("split") == "train") if "split" in devices.columns else devices
+    train = train.sort("client_idx")
+    offset_s = train["utc_offset_h"].to_numpy() * 3600.0
+    if cfg.mode == "diurnal":
+        return ProfileRates(offset_s, cfg.online_prob_by_hour)
+    if cfg.mode != "habits":
+        raise InputError(f"availability mode {cfg.mode!r}: no oracle rates to rebuild")
+    h, n = cfg.habits, train.height
+    names = [r.name for r in scenario.population.regions]
+    region = np.array([names.index(r) for r in train["region"].to_list()])
+    weekend = np.asarray(h.weekend_logit_shift, dtype=float)
+    weekend_shift = weekend[region] if weekend.size > 1 else np.full(n, weekend[0])
+    charge = (train["charge_start_h"].fill_null(math.nan).to_numpy()
+              if "charge_start_h" in train.columns else np.full(n, math.nan))
+    zeros = np.zeros(n, dtype=np.int64)
+    habits = Habits(
+        logit_shift=train["logit_shift"].to_numpy(), phase_s=train["phase_h"].to_numpy() * 3600,
+        session_mean_s=np.full(n, cfg.session_mean_s), habit_class=zeros,
+        class_shift=np.zeros(1), class_session_s=np.full(1, cfg.session_mean_s),
+        hour_logits=calibrated_logits(cfg.online_prob_by_hour, h.propensity_logit_sd,
+                                      h.class_shares, h.class_logit_means),
+        weekend_shift=weekend_shift, charge_start_h=charge,
+        class_weekend=np.unique(weekend_shift), class_engaged=np.ones(1),
+        charge_prob=h.charge_prob, charge_hours=h.charge_hours)
+    return HabitRates(offset_s, habits)
+
+
+def run_points(run_dir: Path, window: tuple[int, int] | None = None,
+               estimator: str = "cohort_exact") -> pl.DataFrame:
+    """Per bias round of the window (default: every bias round from the first evaluation
+    round after 0 that has a training loss on), the predicted and measured availability
+    term of ``estimator`` and the evaluation round whose losses were used."""
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    if manifest.get("status") != "complete":
+        return pl.DataFrame()
+    level = 1.0 - float(manifest["scenario"]["aggregator"].get("theta", 1.0))
+    devices = pl.read_parquet(run_dir / "devices.parquet")
+    train = devices.filter(pl.col("split") == "train") if "split" in devices.columns else devices
+    alpha = train.sort("client_idx")["num_samples"].to_numpy().astype(float)
+    losses_by_round = {
+        r: frame.sort("client_idx")["loss"].to_numpy()
+        for (r,), frame in pl.read_parquet(run_dir / "eval.parquet").filter(
+            pl.col("split") == "train").group_by("round")}
+    eval_rounds = np.array(sorted(losses_by_round))
+    bias = pl.read_parquet(run_dir / "bias.parquet").filter(
+        (pl.col("estimator") == estimator) & pl.col("availability_bias").is_not_null()
+        & pl.col("availability_bias").is_not_nan())
+    if window is None:
+        window = (int(eval_rounds[eval_rounds > 0].min(initial=10**9)), 10**9)
+    bias = bias.filter((pl.col("round") >= window[0]) & (pl.col("round") < window[1]))
+    rates = oracle_rates(manifest, devices)
+    idx = np.arange(alpha.size)
+    rows = []
+    for r, t_s, measured in bias.select("round", "t_s", "availability_bias").iter_rows():
+        after = eval_rounds[eval_rounds >= r]
+        if not after.size:
+            continue
+        losses = losses_by_round[int(after[0])]
+        rows.append({"round": r, "loss_round": int(after[0]), "measured": measured,
+                     "predicted": predicted_term(losses, alpha, rates.online_prob(idx, t_s),
+                                                 level)})
+    return pl.DataFrame(rows)
+
+
+def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(slope, intercept, R²) of the least-squares line of y on x."""
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    r2 = 1 - float(residual @ residual) / float(((y - y.mean()) ** 2).sum())
+    return float(slope), float(intercept), r2
+
+
+def runs_table(folders: list[Path], window: tuple[int, int] | None) -> pl.DataFrame:
+    rows = []
+    for folder in folders:
+        runs = [folder] if (folder / MANIFEST).is_file() else sorted(
+            d for d in folder.iterdir() if (d / MANIFEST).is_file())
+        for run in runs:
+            points = run_points(run, window)
+            if len(points):
+                lag = (points["loss_round"] - points["round"]).to_numpy()
+                rows.append({"run": f"{run.parent.name}/{run.name}", "rounds": len(points),
+                             "lag": int(lag.max()),
+                             "predicted": float(points["predicted"].to_numpy().mean()),
+                             "measured": float(points["measured"].to_numpy().mean())})
+    if not rows:
+        raise InputError(f"{[str(f) for f in folders]}: no complete run with eval.parquet, "
+                         f"devices.parquet and cohort_exact's availability term")
+    return pl.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.theory",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", type=Path, nargs="+", help="run or sweep folders")
+    parser.add_argument("--window", help="bias rounds FIRST:LAST (LAST excluded)")
+    parser.add_argument("--figure", type=Path, help="draw measured against predicted")
+    args = parser.parse_args(argv)
+
+    def work() -> None:
+        window = None
+        if args.window:
+            first, _, last = args.window.partition(":")
+            window = (int(first), int(last))
+        table = runs_table(args.folders, window)
+        slope, intercept, r2 = fit_line(table["predicted"].to_numpy(),
+                                        table["measured"].to_numpy())
+        with pl.Config(tbl_rows=-1, float_precision=4, tbl_hide_dataframe_shape=True,
+                       fmt_str_lengths=80):
+            print(table)
+        print(f"{len(table)} runs; measured = {slope:.3f} x predicted {intercept:+.4f} "
+              f"(R² {r2:.3f}); losses up to {int(table['lag'].to_numpy().max())} rounds after the "
+              f"bias round")
+        if args.figure:
+            from simfl.plots import new_axes, save_figure
+
+            fig, ax = new_axes()
+            x, y = table["predicted"].to_numpy(), table["measured"].to_numpy()
+            ax.scatter(x, y, s=12)
+            line = np.linspace(min(x.min(), y.min()), max(x.max(), y.max()), 2)
+            ax.plot(line, line, color="grey", linestyle=":", label="measured = predicted")
+            ax.plot(line, slope * line + intercept, label=f"fit: {slope:.2f} x {intercept:+.3f}")
+            ax.set_xlabel("predicted availability term (nats)")
+            ax.set_ylabel("measured availability term (nats)")
+            ax.legend()
+            print(f"wrote {save_figure(fig, args.figure)}")
+
+    return run_command(work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
