@@ -2,6 +2,7 @@
 against the measured one (docs/theory.md).
 
     python -m simfl.study.theory RUN_OR_SWEEP_DIR ... [--window 900:1000] [--figure FILE]
+    python -m simfl.study.theory RUN_OR_SWEEP_DIR ... --by-lag [--window 50:1000]
 
 **The prediction.** The availability term is E_online − E_all (simfl.quantile.panel):
 the estimator's mean on random cohorts of the devices online when a round opens,
@@ -153,6 +154,23 @@ def run_points(run_dir: Path, window: tuple[int, int] | None = None,
     return pl.DataFrame(rows)
 
 
+def by_lag(folders: list[Path], window: tuple[int, int] | None) -> pl.DataFrame:
+    """Every bias round's point of every run, grouped by the age of the losses it used
+    (evaluation round − bias round): how the prediction's error grows with that age."""
+    points = [run_points(run, window).with_columns(run=pl.lit(run.name))
+              for folder in folders
+              for run in ([folder] if (folder / MANIFEST).is_file() else sorted(
+                  d for d in folder.iterdir() if (d / MANIFEST).is_file()))]
+    table = pl.concat([p for p in points if len(p)])
+    return (table.with_columns(lag=pl.col("loss_round") - pl.col("round"),
+                               error=pl.col("measured") - pl.col("predicted"))
+            .group_by("lag").agg(pl.len().alias("points"), pl.col("measured").mean(),
+                                 pl.col("predicted").mean(), pl.col("error").mean(),
+                                 pl.col("error").abs().mean().alias("mean_abs_error"),
+                                 pl.corr("measured", "predicted").alias("correlation"))
+            .sort("lag"))
+
+
 def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """(slope, intercept, R²) of the least-squares line of y on x."""
     slope, intercept = np.polyfit(x, y, 1)
@@ -186,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", type=Path, nargs="+", help="run or sweep folders")
     parser.add_argument("--window", help="bias rounds FIRST:LAST (LAST excluded)")
     parser.add_argument("--figure", type=Path, help="draw measured against predicted")
+    parser.add_argument("--by-lag", action="store_true",
+                        help="instead, every bias round's point grouped by the age of the "
+                             "losses it used")
     args = parser.parse_args(argv)
 
     def work() -> None:
@@ -193,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.window:
             first, _, last = args.window.partition(":")
             window = (int(first), int(last))
+        if args.by_lag:
+            with pl.Config(tbl_rows=-1, float_precision=4, tbl_hide_dataframe_shape=True):
+                print(by_lag(args.folders, window))
+            return
         table = runs_table(args.folders, window)
         slope, intercept, r2 = fit_line(table["predicted"].to_numpy(),
                                         table["measured"].to_numpy())
