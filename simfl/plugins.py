@@ -270,12 +270,19 @@ def _own(name: str, path: str, keys: tuple[str, ...] = (), async_refused: str = 
 
 _ONE_MODEL = "needs every loss report at one model w_t, and a buffer's updates start " \
              "from different versions"
+# aggregator.participation (fedavg, deltafl: simfl.aggregate.participation), a key of
+# two rules rather than a rule: why async mode refuses it (scenario._check_server)
+PARTICIPATION_ASYNC_REFUSED = (
+    "FedAU's participation intervals are counted in rounds and MIFA steps once a round "
+    "from every device's latest update; a FedBuff server update is no round, and its "
+    "buffer's updates start from different model versions")
+_PARTICIPATION = ("participation", "fedau_cutoff")
 # Every rule combines an async buffer through its own combine with staleness-scaled
 # weights (simfl.aggregate.base), except those with a reason here.
 AGGREGATORS = Registry("aggregators", [
-    _own("fedavg", "simfl.aggregate.fedavg:fedavg"),
+    _own("fedavg", "simfl.aggregate.fedavg:fedavg", _PARTICIPATION),
     _own("fedprox", "simfl.aggregate.fedprox:fedprox", ("mu",)),
-    _own("deltafl", "simfl.aggregate.deltafl:deltafl", ("theta",)),
+    _own("deltafl", "simfl.aggregate.deltafl:deltafl", ("theta", *_PARTICIPATION)),
     _own("fedavg_sub", "simfl.aggregate.fedavg_sub:fedavg_sub", ("theta",),
          "its smaller cohort is a sync round's; async mode sets how many devices train "
          "with server.concurrency"),
@@ -302,6 +309,8 @@ DATASETS = Registry("datasets", [
 # The threshold of an async buffer comes from its loss reports, sent in the clear with
 # the updates: the devices of a buffer are gone by then, so no multi-round protocol runs.
 _PROTOCOL = "needs the devices online during its protocol"
+# the keys of the check-in record, read by every estimator that reads the record
+_CHECKINS = ("checkin_share", "checkin_memory_days")
 # ipw_known is an oracle for the study (the availability model's true online rates);
 # ipw_days is ipw with the online rates from the check-ins of earlier UTC days only;
 # poststrat_history post-stratifies on region x the earlier days' check-in rate. Keys:
@@ -313,17 +322,25 @@ ESTIMATORS = Registry("estimators", [
     _own("secure_bisection", "simfl.quantile.panel:secure_bisection", (), _PROTOCOL,
          ("secure_bisection", "noise_std")),
     _own("tracking", "simfl.quantile.panel:tracking", (), _PROTOCOL, ("tracking", "noise_std")),
-    _own("ipw", "simfl.quantile.panel:ipw", reads=("ipw",)),
-    _own("ipw_days", "simfl.quantile.panel:ipw_days", reads=("ipw",)),
+    _own("ipw", "simfl.quantile.panel:ipw", reads=("ipw", *_CHECKINS)),
+    _own("ipw_days", "simfl.quantile.panel:ipw_days", reads=("ipw", *_CHECKINS)),
     _own("poststrat", "simfl.quantile.panel:poststrat"),
     _own("poststrat_history", "simfl.quantile.panel:poststrat_history",
-         reads=("poststrat_history",)),
+         reads=("poststrat_history", *_CHECKINS)),
     _own("ipw_known", "simfl.quantile.panel:ipw_known", (), _PROTOCOL),
     # the population quantile itself, every device evaluated each round (an oracle driver)
     _own("population_quantile", "simfl.quantile.panel:population_quantile", (),
          "evaluates every training device at one model w_t each round"),
     # another estimator's η̂ moved by a known dose (a dose-response, not a server's)
     _own("shifted", "simfl.quantile.dose:shifted", reads=("shifted",)),
+    # survey sampling (simfl/quantile/survey.py): raking to region and check-in margins,
+    # IPW and post-strata on empirical-Bayes online rates
+    _own("rake", "simfl.quantile.survey:rake", reads=("rake", *_CHECKINS)),
+    _own("ipw_shrunk", "simfl.quantile.survey:ipw_shrunk", reads=("ipw_shrunk", *_CHECKINS)),
+    _own("poststrat_shrunk", "simfl.quantile.survey:poststrat_shrunk",
+         reads=("poststrat_shrunk", *_CHECKINS)),
+    # Chambers-Dunstan: the cohort and every device's last loss report (max_age rounds)
+    _own("model_assisted", "simfl.quantile.assisted:model_assisted", reads=("model_assisted",)),
 ])
 # habits: diurnal, each device with its own propensity, phase and session length
 AVAILABILITY = Registry("availability", [

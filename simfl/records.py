@@ -104,6 +104,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         # the dose added to the estimator's threshold (simfl.quantile.dose; 0 for others)
         ("offset_nats", pa.float64()),
         ("level_shift", pa.float64()),
+        # 95 % Woodruff interval of the estimate from its weights (simfl.quantile.woodruff;
+        # null where the estimator has none)
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
     ]),
     "availability": pa.schema([
         ("t_s", pa.float64()),  # start of the simulated hour

@@ -175,6 +175,14 @@ class AggregatorConfig:
     # weights lambda per round. A round moves lambda_k by about step * (N / K) * F_k,
     # against lambda_k ~ 1 / N: keep step << K / (N^2 * loss).
     lambda_step: float = _f(1e-5, NON_NEGATIVE_BOUNDED)
+    # fedavg, deltafl: correct the mean for unequal participation (sync only;
+    # simfl/aggregate/participation.py): "fedau" weights each update by its device's mean
+    # interval between participations (Wang & Ji 2024), "mifa" averages every device's
+    # latest update, stale ones too (Gu et al. 2021; N x P numbers of memory)
+    participation: Literal["none", "fedau", "mifa"] = "none"
+    # FedAU's cutoff K: an interval closes after K rounds without participation, so no
+    # weight exceeds K (participation.FEDAU_CUTOFF)
+    fedau_cutoff: int = _f(50, POSITIVE)
     params: dict[str, Any] = _params()
 
 
@@ -235,6 +243,51 @@ class ShiftedConfig:
 
 
 @dataclass(frozen=True)
+class ModelAssistedConfig:
+    """``model_assisted`` (simfl/quantile/assisted.py): the largest age, in rounds, of a
+    device's last loss report that predicts its current loss (older: as never reported)."""
+
+    max_age: int = _f(100, (lambda v: 1 <= v <= 10**9, "must be in [1, 1e9]"))
+
+
+@dataclass(frozen=True)
+class RakeConfig:
+    """``rake`` (simfl/quantile/survey.py): the cohort calibrated to population margins by
+    raking; the margins are among region (known at registration), hour (the block of
+    the UTC day in which a device checked in most on earlier days, of ``hour_classes``
+    equal blocks, or never seen) and rate (``rate_classes`` equal-count bins of its
+    earlier days' check-in rate)."""
+
+    margins: tuple[Literal["region", "hour", "rate"], ...] = _f(
+        ("region", "hour", "rate"),
+        (lambda v: len(v) >= 1 and len(set(v)) == len(v), "must name a margin, none twice"))
+    hour_classes: int = _f(3, (lambda v: 1 <= v <= 24, "must be in [1, 24]"))
+    rate_classes: int = _f(3, (lambda v: 1 <= v <= 100, "must be in [1, 100]"))
+    # stop once every margin is matched within this relative error, or after max_iterations
+    tol: float = _f(1e-6, (lambda v: 0 < v < 1, "must be in (0, 1)"))
+    max_iterations: int = _f(100, (lambda v: 1 <= v <= 10_000, "must be in [1, 10000]"))
+
+
+@dataclass(frozen=True)
+class ShrunkIPWConfig:
+    """``ipw_shrunk`` (simfl/quantile/survey.py): each inverse rate 1/π̂_k capped at
+    ``trim`` times the cohort's median (0: no cap)."""
+
+    trim: float = _f(10.0, (lambda v: v == 0 or 1 <= v <= LARGE,
+                            "must be 0 (no cap) or in [1, 1e30]"))
+
+
+@dataclass(frozen=True)
+class ShrunkStrataConfig:
+    """``poststrat_shrunk`` (simfl/quantile/survey.py): strata of each region by its
+    devices' shrunk online rates, ``bins`` equal-count bins (0: by the rule, at most five
+    with at least ``min_expected`` cohort members expected in each)."""
+
+    bins: int = _f(0, (lambda v: 0 <= v <= 100, "must be in [0, 100] (0: by the rule)"))
+    min_expected: float = _f(5.0, (lambda v: 0 < v <= 1e6, "must be in (0, 1e6]"))
+
+
+@dataclass(frozen=True)
 class EstimatorConfig:
     """How the server estimates the Δ-FL threshold (simfl/quantile/estimators.py)."""
 
@@ -259,6 +312,15 @@ class EstimatorConfig:
     ipw: IPWConfig = _f(IPWConfig)
     poststrat_history: HistoryConfig = _f(HistoryConfig)  # strata of check-in rate
     shifted: ShiftedConfig = _f(ShiftedConfig)  # the dose of a dose-response
+    model_assisted: ModelAssistedConfig = _f(ModelAssistedConfig)  # last reports' max age
+    rake: RakeConfig = _f(RakeConfig)  # its margins and iterations
+    ipw_shrunk: ShrunkIPWConfig = _f(ShrunkIPWConfig)  # its weights' cap
+    poststrat_shrunk: ShrunkStrataConfig = _f(ShrunkStrataConfig)  # its strata count
+    # The check-ins the estimators that read them see (simfl.quantile.estimators.CheckIns):
+    # each online device's with this probability when a round opens, and kept for the
+    # round's UTC day and this many days before it (0: forever).
+    checkin_share: float = _f(1.0, (lambda v: 0 < v <= 1, "must be in (0, 1]"))
+    checkin_memory_days: int = _f(0, (lambda v: 0 <= v <= 3650, "must be in [0, 3650]"))
     params: dict[str, Any] = _params()  # of the plug-in estimators, each takes those it names
 
 
@@ -556,14 +618,22 @@ def from_manifest(manifest: Mapping[str, Any], source: str) -> Scenario:
 SYNC_ONLY = ("over_selection", "deadline_s", "round_interval_s", "min_online")
 ASYNC_ONLY = ("concurrency", "buffer_size", "staleness", "staleness_a", "staleness_b",
               "max_staleness", "server_lr")
+def unused_server_keys(scenario: Scenario) -> tuple[str, ...]:
+    """The other server mode's keys set away from their defaults: a sync scenario
+    switched to async (``--set server.mode=async``) keeps its deadline, pacing and
+    over-selection, which the async server does not read (and the reverse). They are
+    not errors, so that ``server.mode`` alone switches a scenario; a run says, in one
+    note, which it does not use."""
+    server, default = scenario.server, ServerConfig()
+    other = ASYNC_ONLY if server.mode == "sync" else SYNC_ONLY
+    return tuple(f"server.{key}" for key in other
+                 if getattr(server, key) != getattr(default, key))
+
+
 def _check_server(scenario: Scenario, source: str) -> None:
-    """Keys of one server mode set in the other, and what async mode supports."""
+    """What async mode supports (the other mode's keys: :func:`unused_server_keys`)."""
     server, default = scenario.server, ServerConfig()
     mode = server.mode
-    for key in ASYNC_ONLY if mode == "sync" else SYNC_ONLY:
-        if getattr(server, key) != getattr(default, key):
-            raise InputError(f"{source}: 'server.{key}' = {getattr(server, key)!r} has no "
-                             f"meaning with 'server.mode' = {mode!r}")
     if mode == "sync":
         return
     if server.staleness == "constant" and server.staleness_a != default.staleness_a:
@@ -576,6 +646,10 @@ def _check_server(scenario: Scenario, source: str) -> None:
     if rule.async_refused:
         raise InputError(f"{source}: 'aggregator.name' = {rule.name!r} does not work with "
                          f"'server.mode' = 'async': {rule.async_refused}")
+    if scenario.aggregator.participation != "none":
+        raise InputError(f"{source}: 'aggregator.participation' = "
+                         f"{scenario.aggregator.participation!r} does not work with "
+                         f"'server.mode' = 'async': {plugins.PARTICIPATION_ASYNC_REFUSED}")
     driver = plugins.ESTIMATORS.lookup(scenario.estimator.name, "estimator.name", source)
     if scenario.aggregator.name == "deltafl" and driver.async_refused:
         able = [p.name for p in plugins.ESTIMATORS.builtins() if not p.async_refused]
@@ -587,9 +661,10 @@ def _check_server(scenario: Scenario, source: str) -> None:
 # The keys of [aggregator] and [estimator] some rule or estimator reads (plugins.py says
 # which): one set away from its default when none that reads it runs is an error, as
 # for the server modes' keys.
-RULE_KEYS = ("theta", "mu", "q", "tilt", "lambda_step")
+RULE_KEYS = ("theta", "mu", "q", "tilt", "lambda_step", "participation", "fedau_cutoff")
 ESTIMATOR_KEYS = ("secure_mm", "secure_bisection", "tracking", "ipw", "poststrat_history",
-                  "shifted", "noise_std")
+                  "shifted", "model_assisted", "noise_std", "rake", "ipw_shrunk",
+                  "poststrat_shrunk", "checkin_share", "checkin_memory_days")
 
 
 def _check_meaning(scenario: Scenario, source: str) -> None:
@@ -605,6 +680,9 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
         if key not in rule.keys and getattr(agg, key) != getattr(default, key):
             raise InputError(f"{source}: 'aggregator.{key}' = {getattr(agg, key)!r} has no "
                              f"meaning with 'aggregator.name' = {agg.name!r}")
+    if agg.participation != "fedau" and agg.fedau_cutoff != default.fedau_cutoff:
+        raise InputError(f"{source}: 'aggregator.fedau_cutoff' = {agg.fedau_cutoff!r} has no "
+                         f"meaning with 'aggregator.participation' = {agg.participation!r}")
     est, est_default = scenario.estimator, EstimatorConfig()
     names = (est.name, *est.shadow)
     used = [plugins.ESTIMATORS.lookup(name, "estimator.name", source)  # shifted's base too

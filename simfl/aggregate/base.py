@@ -11,7 +11,10 @@ hyperparameters (as optax and fedjax do). Over a run the server
 3. combines the updates that arrived,
    ``params, state = combine(global_params, RoundInputs(...), state)``: rules with
    memory across rounds return their new state instead of mutating (optax's
-   init/update). Local training adds ``prox_mu / 2 ‖w − w_t‖²`` (FedProx).
+   init/update). Local training adds ``prox_mu / 2 ‖w − w_t‖²`` (FedProx). A rule
+   that sets ``every_round`` is asked to combine in rounds without an update too, and
+   reads the round's loss reports (``RoundInputs.reports``): the participation-aware
+   options of FedAvg and Δ-FL (simfl.aggregate.participation).
 
 The asynchronous server (FedBuff) combines a buffer of updates trained from older
 model versions with the same ``combine``: ``RoundInputs.scales`` then holds
@@ -26,7 +29,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -45,9 +48,21 @@ class Selection:
     shadow: tuple[tuple[str, tuple[Exchange, ...]], ...] = ()
 
 
-State = np.ndarray | None  # a rule's memory across rounds (AFL, DRFA: λ over all clients)
+# A rule's memory across rounds, plain data that checkpoints hold (simfl.runs.plain): AFL,
+# DRFA: λ over all clients (an array); FedAU, MIFA: a dict of arrays (participation.py).
+State = Any
 LossOracle = Callable[[torch.Tensor, np.ndarray], np.ndarray]  # (params, client_idx) -> F_k
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The loss reports a sync round's filter chose from (a rule that needs losses):
+    what a participation-aware combine reads beyond the updates that arrived."""
+
+    client_idx: np.ndarray  # (M,) the reporting devices
+    losses: np.ndarray  # (M,) their F_k(w_t)
+    threshold: float | None  # the η̂ they were kept by (None: the rule's select set none)
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,7 @@ class RoundInputs:
     rng: np.random.Generator | None = None  # the round's own stream (DRFA's draws)
     losses: np.ndarray | None = None  # (K,) F_k(w_t): the arrived clients' loss reports
     scales: np.ndarray | None = None  # (K,) async: c_k = η_g s(τ_k); None: every c_k = 1
+    reports: Reports | None = None  # the round's loss reports (None: the rule asked for none)
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,9 @@ class Aggregator:
     sampling: SamplingFn = uniform_sampling
     prox_mu: float = 0.0  # FedProx's μ in the local objective (0: plain local SGD)
     cohort_fraction: float = 1.0  # share of server.clients_per_round to select
+    # combine in rounds that aggregate no update too (FedAU counts every round's
+    # participation, MIFA steps from its memory: simfl.aggregate.participation)
+    every_round: bool = False
 
 
 def keep_all(losses: np.ndarray, weights: np.ndarray) -> Selection:

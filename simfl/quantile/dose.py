@@ -61,7 +61,9 @@ class Shifted:
                  state: int) -> Estimate:
         offset, shift = self.dose(state)
         made = self.base.estimate(cohort, min(max(level + shift, 0.0), 1.0), rng)
-        return dataclasses.replace(made, threshold=made.threshold + offset, state=state + 1)
+        # no Woodruff interval: the dose moves η̂ off the quantile the base's weights define
+        return dataclasses.replace(made, threshold=made.threshold + offset, state=state + 1,
+                                   weights=None)
 
 
 def shifted(ctx: EstimatorContext) -> Shifted:

@@ -61,6 +61,12 @@ estimator only uses what its protocol would reveal to the server:
 Every secure sum can carry Gaussian noise (a differential-privacy knob) of
 standard deviation ``noise_std`` in units of one average device's weight:
 the weights passed in are α_k = n_k / mean n over the training devices.
+
+An estimate that is a weighted quantile of the losses it saw carries those weights
+(``Estimate.weights``: α_k for cohort_exact and, as they compute its quantile, for
+secure_mm and secure_bisection; α_k / π̂_k for ipw; the post-stratified ones'), from
+which :mod:`simfl.quantile.woodruff` makes its confidence interval; None (tracking) has
+none.
 """
 
 from __future__ import annotations
@@ -96,6 +102,9 @@ class Estimate:
     exchanges: tuple[Exchange, ...] = ()  # per participating device, in order
     secure_sums: int = 0
     state: State = None  # a stateful estimator's state for the next round
+    # (K,) the weights of the losses seen when η̂ is their weighted quantile at the level
+    # (its Woodruff interval, simfl.quantile.woodruff); None: no such interval
+    weights: np.ndarray | None = None
 
 
 class Estimator(Protocol):
@@ -140,7 +149,8 @@ class CohortExact:
     losses_in_clear: bool = True
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
-        return Estimate(weighted_quantile(cohort.losses, cohort.weights, level))
+        return Estimate(weighted_quantile(cohort.losses, cohort.weights, level),
+                        weights=cohort.weights)
 
 
 @dataclass(frozen=True)
@@ -158,7 +168,8 @@ class PopulationQuantile:
     reads_population: bool = True
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
-        return Estimate(weighted_quantile(cohort.losses, cohort.weights, level))
+        return Estimate(weighted_quantile(cohort.losses, cohort.weights, level),
+                        weights=cohort.weights)
 
 
 # Steps past the tolerance that a bracket may take to isolate the quantile (a double has
@@ -245,7 +256,7 @@ class SecureMM:
         count_sums = (sum((secure_sum(k, 2) for _ in range(bracket_sums)), ())
                       + sum((secure_sum(k, 4) for _ in range(bisect_sums)), ()))
         return Estimate(_keep_above(low), mm_sums + count_sums + (broadcast_threshold(),),
-                        sums + bracket_sums + bisect_sums)
+                        sums + bracket_sums + bisect_sums, weights=alpha)
 
     def _bracket(self, x: np.ndarray, alpha: np.ndarray, level: float, mu: float,
                  rng: np.random.Generator) -> tuple[float, float, int]:
@@ -286,7 +297,7 @@ class SecureBisection:
         exchanges = sum((secure_sum(len(x), 4) for _ in range(sums)), ())
         at_most_low = low == self.low and inside < 0.5
         return Estimate(low if at_most_low else _keep_above(low),
-                        exchanges + (broadcast_threshold(),), sums)
+                        exchanges + (broadcast_threshold(),), sums, weights=alpha)
 
 
 @dataclass(frozen=True)
@@ -330,21 +341,38 @@ class CheckIns:
     current round, smaller. Earlier days are independent of today's session (up to a
     session that crosses midnight UTC); on the first day π̂ is the prior's 1/2 for every
     device, and the weights are equal.
+
+    Realistic check-ins (``estimator.checkin_share``, ``checkin_memory_days``): the server
+    sees the check-in of each online device with probability ``share``, independently
+    (the panel's Presence draws who), so c_kh ~ Binomial(n_h, s π_k(h)) and the count is
+    divided by s: π̂_k(h) = (c_kh / s + a) / (n_h + 2a), E[c_kh / s] = n_h π_k(h)
+    (with a = 0 the division is a common factor, which a weighted quantile ignores; with
+    a prior it keeps the prior's pull where it was). With ``memory_days`` = D > 0 the record
+    holds the check-ins of the round's UTC day and the D days before it: a day's counts
+    are dropped when the first round of the day D + 1 later is observed (``earlier_days``:
+    the D whole days before today). ``forgotten`` counts the days dropped, so that a
+    reader caching what it derives from the counts can tell they changed.
     """
 
     num_devices: int
     prior: float = 1.0
     earlier_days: bool = False
+    share: float = 1.0  # the share of online devices whose check-in the server sees
+    memory_days: int = 0  # UTC days kept before the current one (0: every day)
     seen: np.ndarray = field(init=False)  # (N, 24) check-ins of the rounds counted
     rounds: np.ndarray = field(init=False)  # (24,) the rounds counted
     pending: tuple[int, np.ndarray] | None = field(init=False)  # this round's (hour, online)
     held: tuple[tuple[int, np.ndarray], ...] = ()  # earlier_days: today's rounds, this one too
     held_day: int = -1  # earlier_days: the UTC day of ``held``
+    pending_day: int = field(init=False, default=-1)  # the UTC day of ``pending``
+    kept: dict[int, tuple[np.ndarray, np.ndarray]] = field(init=False)  # memory_days: by day
+    forgotten: int = field(init=False, default=0)  # days dropped from the counts so far
 
     def __post_init__(self) -> None:
         self.seen = np.zeros((self.num_devices, HOURS_PER_DAY), dtype=np.int32)
         self.rounds = np.zeros(HOURS_PER_DAY, dtype=np.int64)
         self.pending = None
+        self.kept = {}
 
     @staticmethod
     def hour(t_s: float) -> int:
@@ -355,35 +383,59 @@ class CheckIns:
         round's estimate uses only the rounds before it (with ``earlier_days``: from
         the first round of a later UTC day on)."""
         this_round = (self.hour(t_s), np.asarray(online_idx, dtype=np.int64))
+        day = int(t_s // (HOURS_PER_DAY * 3600))
         if self.earlier_days:
-            day = int(t_s // (HOURS_PER_DAY * 3600))
             if day != self.held_day:
                 for h, online in self.held:
-                    self._count(h, online)
+                    self._count(h, online, self.held_day)
+                self._forget(day)
                 self.held, self.held_day = (), day
             self.held = (*self.held, this_round)
             return
         if self.pending is not None:
-            self._count(*self.pending)
-        self.pending = this_round
+            self._count(*self.pending, self.pending_day)
+        self._forget(day)
+        self.pending, self.pending_day = this_round, day
 
     def state_dict(self) -> dict[str, Any]:
         """The counts and the rounds not yet counted, for checkpoints."""
-        return {"seen": self.seen, "rounds": self.rounds, "pending": self.pending,
-                "held": list(self.held), "held_day": self.held_day}
+        state: dict[str, Any] = {"seen": self.seen, "rounds": self.rounds,
+                                 "pending": self.pending, "held": list(self.held),
+                                 "held_day": self.held_day}
+        if self.memory_days:  # each kept day's counts, and the day of the pending round
+            state |= {"kept": [(day, *counts) for day, counts in self.kept.items()],
+                      "pending_day": self.pending_day}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.seen, self.rounds = state["seen"], state["rounds"]
         self.pending = None if state["pending"] is None else tuple(state["pending"])
         self.held, self.held_day = tuple(map(tuple, state["held"])), int(state["held_day"])
+        if self.memory_days:
+            self.kept = {int(day): (seen, rounds) for day, seen, rounds in state["kept"]}
+            self.pending_day = int(state["pending_day"])
 
-    def _count(self, h: int, online: np.ndarray) -> None:
+    def _count(self, h: int, online: np.ndarray, day: int) -> None:
         self.rounds[h] += 1
         self.seen[online, h] += 1
+        if self.memory_days:
+            seen, rounds = self.kept.setdefault(day, (np.zeros_like(self.seen),
+                                                      np.zeros_like(self.rounds)))
+            rounds[h] += 1
+            seen[online, h] += 1
+
+    def _forget(self, today: int) -> None:
+        """Drop the counts of the days before ``today`` − memory_days."""
+        for day in [d for d in self.kept if d < today - self.memory_days]:
+            seen, rounds = self.kept.pop(day)
+            self.seen -= seen
+            self.rounds -= rounds
+            self.forgotten += 1
 
     def online_prob(self, device_idx: np.ndarray, t_s: float) -> np.ndarray:
         h = self.hour(t_s)
-        return (self.seen[device_idx, h] + self.prior) / (self.rounds[h] + 2 * self.prior)
+        return ((self.seen[device_idx, h] / self.share + self.prior)
+                / (self.rounds[h] + 2 * self.prior))
 
 
 class OnlineRates(Protocol):
@@ -403,7 +455,8 @@ class PostStratified:
         stratum = self.strata[cohort.client_idx]
         in_cohort = np.bincount(stratum, minlength=population.size)
         scale = population[stratum] / in_cohort[stratum]
-        return Estimate(weighted_quantile(cohort.losses, cohort.weights * scale, level))
+        weights = cohort.weights * scale
+        return Estimate(weighted_quantile(cohort.losses, weights, level), weights=weights)
 
 
 @dataclass(frozen=True)
@@ -455,7 +508,7 @@ class HistoryStratified:
         """:meth:`history_strata` and (S,) the devices of each stratum, kept until the
         record counts another round."""
         record = self.checkins
-        key = (id(record.seen), id(record.rounds), record.rounds.tobytes())
+        key = (id(record.seen), id(record.rounds), record.rounds.tobytes(), record.forgotten)
         if self._last[0] != key:
             strata = self._strata()
             strata.flags.writeable = False
@@ -487,7 +540,8 @@ class HistoryStratified:
         region = stratum // self.bins
         scale = (population[stratum] / in_cohort[stratum]
                  * region_total[region] / region_present[region])
-        return Estimate(weighted_quantile(cohort.losses, cohort.weights * scale, level))
+        weights = cohort.weights * scale
+        return Estimate(weighted_quantile(cohort.losses, weights, level), weights=weights)
 
 
 @dataclass(frozen=True)
@@ -500,4 +554,5 @@ class IPW:
 
     def estimate(self, cohort: Cohort, level: float, rng: np.random.Generator) -> Estimate:
         pi = self.rates.online_prob(cohort.client_idx, cohort.t_s)
-        return Estimate(weighted_quantile(cohort.losses, cohort.weights / pi, level))
+        weights = cohort.weights / pi
+        return Estimate(weighted_quantile(cohort.losses, weights, level), weights=weights)

@@ -37,6 +37,7 @@ up to the bias by construction; their sizes say which cause dominates. For
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +65,13 @@ from simfl.quantile.estimators import (
 )
 from simfl.quantile.kernels import weighted_quantile
 from simfl.quantile.secagg import LOSS_REPORT, Exchange
+from simfl.quantile.woodruff import woodruff_interval
 from simfl.rng import Streams
 from simfl.scenario import EstimatorConfig
+
+# The estimators that read the check-ins of earlier UTC days (EstimatorContext.checkins_days)
+DAYS_READERS = frozenset({"ipw_days", "poststrat_history", "rake", "ipw_shrunk",
+                          "poststrat_shrunk"})
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class EstimatorContext:
     cfg: EstimatorConfig
     num_devices: int
     checkins: CheckIns
-    checkins_days: CheckIns | None  # earlier UTC days only (ipw_days, poststrat_history)
+    checkins_days: CheckIns | None  # earlier UTC days only (for DAYS_READERS)
     strata: np.ndarray  # (N,) int64
     known_rates: OnlineRates | None
 
@@ -178,18 +184,20 @@ def _run(estimator: Estimator | StatefulEstimator, cohort: Cohort, level: float,
     else:
         made = estimator.estimate(cohort, level, rng)
     if who:
-        check_estimate(made, who)
+        check_estimate(made, who, len(cohort.losses))
     return made
 
 
-def check_estimate(made: object, who: str) -> None:
+def check_estimate(made: object, who: str, size: int | None = None) -> None:
     """PluginBroke naming ``who`` unless ``made`` is an Estimate whose threshold is a
     real number (NaN and ±inf included: the run's health counts those), its exchanges a
-    tuple of Exchange and its secure sums a count: where the panel first receives a
-    plug-in's output, not where the server compares losses with it."""
+    tuple of Exchange, its secure sums a count and its weights None or ``size`` finite
+    non-negative numbers of positive sum: where the panel first receives a plug-in's
+    output, not where the server compares losses with it."""
     contract = ("estimate(cohort, level, rng) returns a simfl.quantile.estimators.Estimate: "
                 "threshold a number, exchanges a tuple of simfl.quantile.secagg.Exchange, "
-                "secure_sums an int >= 0")
+                "secure_sums an int >= 0, weights None or one finite weight >= 0 per loss "
+                "seen")
     if not isinstance(made, Estimate):
         raise broke(who, f"its estimate returned {_shown(made)}", contract)
     if not isinstance(made.threshold, numbers.Real) or isinstance(made.threshold, bool):
@@ -203,6 +211,16 @@ def check_estimate(made: object, who: str) -> None:
             or made.secure_sums < 0):
         raise broke(who, f"its estimate returned secure_sums {_shown(made.secure_sums)}",
                     contract)
+    if made.weights is not None and not _weights_fit(made.weights, size):
+        raise broke(who, f"its estimate returned the weights {_shown(made.weights)}", contract)
+
+
+def _weights_fit(weights: object, size: int | None) -> bool:
+    """Whether ``weights`` are ``size`` (any number if None) finite numbers >= 0 with a
+    positive sum: a weighted CDF's (simfl.quantile.woodruff)."""
+    w = np.asarray(weights)
+    return (w.ndim == 1 and (size is None or len(w) == size) and w.dtype.kind in "iuf"
+            and bool(np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0))
 
 
 def _shown(value: object) -> str:
@@ -214,27 +232,48 @@ def _shown(value: object) -> str:
 @dataclass
 class Presence:
     """Who the server has seen online: each training device's check-ins per UTC hour
-    over the rounds before this one, the same over earlier UTC days only (``ipw_days``,
-    ``poststrat_history``; None when no estimator reads it), and the devices online when
-    the last round opened (the decomposition's E_online draws from them)."""
+    over the rounds before this one, the same over earlier UTC days only (the
+    estimators of :data:`DAYS_READERS`; None when none is configured), and the devices
+    online when the last round opened (the decomposition's E_online draws from them:
+    who was online, whether or not the server saw the check-in)."""
 
     checkins: CheckIns
     checkins_days: CheckIns | None
     online: np.ndarray
+    streams: Streams  # draws whose check-ins the server sees (estimator.checkin_share < 1)
 
     @classmethod
-    def start(cls, num_devices: int, prior: float, days: bool) -> Presence:
-        """Nothing seen yet: every device counted online when the first round opens."""
-        return cls(CheckIns(num_devices, prior),
-                   CheckIns(num_devices, prior, earlier_days=True) if days else None,
-                   np.arange(num_devices))
+    def start(cls, num_devices: int, cfg: EstimatorConfig, days: bool,
+              streams: Streams) -> Presence:
+        """Nothing seen yet: every device counted online when the first round opens. The
+        records' Beta prior is ``cfg.ipw.prior``, their share of check-ins seen and their
+        memory ``cfg.checkin_share`` and ``cfg.checkin_memory_days``."""
+        def record(earlier_days: bool) -> CheckIns:
+            return CheckIns(num_devices, cfg.ipw.prior, earlier_days, cfg.checkin_share,
+                            cfg.checkin_memory_days)
+        return cls(record(False), record(True) if days else None, np.arange(num_devices),
+                   streams)
 
     def observe(self, t_s: float, online_idx: np.ndarray) -> None:
-        """A round opens at ``t_s`` with these devices online."""
-        self.checkins.observe(t_s, online_idx)
-        if self.checkins_days is not None:
-            self.checkins_days.observe(t_s, online_idx)
+        """A round opens at ``t_s`` with these devices online; the records count the
+        check-ins the server sees (:meth:`seen`)."""
         self.online = np.asarray(online_idx, dtype=np.int64)
+        seen = self.seen(t_s)
+        self.checkins.observe(t_s, seen)
+        if self.checkins_days is not None:
+            self.checkins_days.observe(t_s, seen)
+
+    def seen(self, t_s: float) -> np.ndarray:
+        """The online devices whose check-in the server sees as a round opens at ``t_s``:
+        all of them, or with ``checkin_share`` s < 1 each with probability s,
+        independently (a random subset, as pace steering's reconnection windows would
+        give), from the stream ``checkins`` keyed by the bits of ``t_s``: a resumed run
+        draws the same subsets with no counter to checkpoint."""
+        share = self.checkins.share
+        if share == 1.0:
+            return self.online
+        rng = self.streams.numpy("checkins", int(np.float64(t_s).view(np.uint64)))
+        return self.online[rng.random(self.online.size) < share]
 
     def state_dict(self) -> dict[str, Any]:
         return {"checkins": self.checkins.state_dict(),
@@ -261,8 +300,8 @@ class EstimatorPanel:
         availability model's true online probabilities, for the oracle ``ipw_known``."""
         self.theta, self.level, self.streams = theta, 1.0 - theta, streams
         names = dict.fromkeys((cfg.name, *cfg.shadow))  # the driver first, no repeats
-        self.presence = Presence.start(num_devices, cfg.ipw.prior,
-                                       days=bool({"ipw_days", "poststrat_history"} & set(names)))
+        days = bool(DAYS_READERS & set(names))
+        self.presence = Presence.start(num_devices, cfg, days, streams)
         if strata is None:
             strata = np.zeros(num_devices, dtype=np.int64)
         ctx = EstimatorContext(cfg, num_devices, self.presence.checkins,
@@ -282,8 +321,9 @@ class EstimatorPanel:
                     for name, e in zip(names, self.estimators, strict=True)
                     if not ESTIMATORS.lookup(name, keys[name]).builtin}
         self.draws = cfg.decomposition_draws if cfg.bias_every else 0
-        self.wants_checkins = (self.draws > 0 or any(isinstance(e, IPW | HistoryStratified)
-                                                     for e in self.estimators)
+        self.wants_checkins = (self.draws > 0 or days
+                               or any(isinstance(e, IPW | HistoryStratified)
+                                      for e in self.estimators)
                                or not all(ESTIMATORS.lookup(n, "estimator.name").builtin
                                           for n in names))  # a plug-in may read them
         # the stateful estimators' state for the next round, and for the round in progress
@@ -357,9 +397,14 @@ class EstimatorPanel:
                      population: tuple[np.ndarray, np.ndarray] | None
                      ) -> dict[str, object]:
         """``bias.parquet`` columns for one round, one row per estimator. ``population``
-        = (F_k(w_t), α_k) over every training device on bias rounds, else None."""
+        = (F_k(w_t), α_k) over every training device on bias rounds, else None. Every
+        round, each estimate's 95 % Woodruff interval from its weights over the cohort's
+        losses (NaN where it has none); the oracle ``population_quantile``'s, which
+        evaluated every device, is [η̂, η̂]: a census has no sampling error."""
         names = list(estimates)
         eta = np.array([estimates[n].threshold for n in names])
+        ci = np.array([self._interval(n, estimates[n], cohort.losses)
+                       for n in names]).reshape(len(names), 2)
         oracle = conformity = e_all = e_online = np.full(len(names), np.nan)
         if population is not None:
             losses, weights = population
@@ -378,7 +423,18 @@ class EstimatorPanel:
                     oracle_quantile=oracle, bias=eta - oracle, realized_conformity=conformity,
                     sampling_bias=e_all - oracle, availability_bias=e_online - e_all,
                     selection_bias=eta - e_online,
-                    mc_draws=self.draws if population is not None else 0)
+                    mc_draws=self.draws if population is not None else 0,
+                    ci_low=ci[:, 0], ci_high=ci[:, 1])
+
+    def _interval(self, name: str, estimate: Estimate, losses: np.ndarray
+                  ) -> tuple[float, float]:
+        """The 95 % Woodruff interval of estimator ``name``'s η̂ over the cohort's losses;
+        (η̂, η̂) for one that read every device's loss, NaN for one without weights."""
+        if any(_reads_population(e) for e in self.estimators if e.name == name):
+            return estimate.threshold, estimate.threshold
+        if estimate.weights is None:
+            return math.nan, math.nan
+        return woodruff_interval(losses, estimate.weights, self.level)
 
     def _expected(self, round_idx: int, cohort: Cohort, losses: np.ndarray,
                   weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from simfl.errors import InputError
+from simfl.quantile.panel import DAYS_READERS
 from simfl.scenario import Scenario
 
 LIMIT_ENV = "SIMFL_MEMORY_LIMIT_BYTES"
@@ -212,15 +213,17 @@ def _population_term(scenario: Scenario, interval_bytes: float) -> Term:
 
 def _state_terms(scenario: Scenario) -> list[Term]:
     """Δ-FL's estimator panel (simfl.quantile.panel): the check-in record of every
-    training device (a second one of earlier days only, for ipw_days or
-    poststrat_history, with the online devices of each round of the day so far), and
-    the checkpoints that serialise it."""
+    training device (a second one of earlier days only, for the estimators of
+    simfl.quantile.panel.DAYS_READERS, with the online devices of each round of the day
+    so far; with ``estimator.checkin_memory_days`` D, each also keeps up to D + 1 days'
+    counts apart), and the checkpoints that serialise it."""
     train, _ = devices_from_keys(scenario)
     if scenario.aggregator.name != "deltafl" or not train:
         return []
     est, server = scenario.estimator, scenario.server
     names = {est.name, *est.shadow}
-    days = bool({"ipw_days", "poststrat_history"} & names)
+    days = bool(DAYS_READERS & names)
+    copies = 1 + (est.checkin_memory_days + 1 if est.checkin_memory_days else 0)
     cfg = scenario.population.availability
     online = 1.0 if cfg.mode == "always" else float(np.mean(cfg.online_prob_by_hour))
     # rounds of a UTC day: they open at most every round_interval_s (a deadline or a
@@ -228,8 +231,10 @@ def _state_terms(scenario: Scenario) -> list[Term]:
     round_s = max(server.round_interval_s, server.deadline_s, 60.0)
     rounds_a_day = min(server.num_rounds, DAY_S / round_s)
     held = days * rounds_a_day * online * train * 8
-    state = (1 + days) * CHECKIN_BYTES * train + 8 * train + held
+    state = (1 + days) * copies * CHECKIN_BYTES * train + 8 * train + held
     key = f"{_devices_key(scenario)} with 'estimator.shadow' = {list(est.shadow)}"
+    if est.checkin_memory_days:
+        key += f" and 'estimator.checkin_memory_days' = {est.checkin_memory_days}"
     terms = [(state, key, "the estimators' check-in records of every device")]
     if scenario.run.checkpoint_every:
         terms.append((CHECKPOINT_COPIES * state, key + " and 'run.checkpoint_every' = "
@@ -279,7 +284,8 @@ def _model_terms(scenario: Scenario) -> list[Term]:
     train_batch = min(scenario.train.batch_size, most)
     eval_batch = min(scenario.eval.batch_size, total)
     per_sample = size * (LOGIT_COPIES * classes + 2 * math.prod(shape)) + EVAL_SAMPLE_BYTES
-    return [(size * cohort * PARAM_COPIES * params, members + shaped,
+    return [*_mifa_terms(scenario, size * params, shaped),
+            (size * cohort * PARAM_COPIES * params, members + shaped,
              f"a cohort of {cohort} copies of a model of {params} parameters"),
             (size * cohort * LOGIT_COPIES * train_batch * classes,
              f"'train.batch_size' = {scenario.train.batch_size} with {members}" + shaped,
@@ -287,6 +293,23 @@ def _model_terms(scenario: Scenario) -> list[Term]:
             (eval_batch * per_sample,
              f"'eval.batch_size' = {scenario.eval.batch_size}" + shaped,
              f"an evaluation batch of {eval_batch:.3g} samples and its logits")]
+
+
+def _mifa_terms(scenario: Scenario, model_bytes: float, shaped: str) -> list[Term]:
+    """MIFA's memory, the latest update of every training device (``model_bytes`` each:
+    simfl.aggregate.participation), and the checkpoints' copies of it; none where only
+    loading the data tells the devices."""
+    train, _ = devices_from_keys(scenario)
+    if scenario.aggregator.participation != "mifa" or not train:
+        return []
+    key = f"'aggregator.participation' = 'mifa' with {_devices_key(scenario)}{shaped}"
+    state = model_bytes * train
+    terms = [(state, key, f"MIFA's latest update of each of {train} devices")]
+    if scenario.run.checkpoint_every:
+        terms.append((CHECKPOINT_COPIES * state, key + " and 'run.checkpoint_every' = "
+                      f"{scenario.run.checkpoint_every}", "the checkpoints' copies of MIFA's "
+                      "updates"))
+    return terms
 
 
 def _samples_bounds(scenario: Scenario) -> tuple[float, float]:

@@ -76,6 +76,7 @@ from simfl.scenario import (
     from_manifest,
     plugins_of,
     to_dict,
+    unused_server_keys,
 )
 from simfl.sim.async_server import async_server
 from simfl.sim.health import Health, RunStalled
@@ -107,6 +108,9 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
         trace = built.population.trace
         if trace is not None and (warning := trace.warning()):
             report(warning)
+        if unused := unused_server_keys(scenario):
+            report(f"note: server.mode = {scenario.server.mode!r} does not use "
+                   f"{', '.join(unused)} (the other mode's keys): ignored")
         if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
             report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
                    "[estimator] is not used and bias.parquet stays empty")

@@ -6,7 +6,9 @@ study pages' tables are computed with, for anyone's sweep.
 - :mod:`simfl.study.dose`: the tail error's response to a known error in the Δ-FL
   threshold (docs/dose_response.md);
 - :mod:`simfl.study.exposure`: whether the devices aggregated most are fitted best
-  (docs/exposure.md).
+  (docs/exposure.md);
+- :mod:`simfl.study.coverage`: how often each estimator's Woodruff interval holds the
+  population quantile.
 
 Each module with a command (``python -m simfl.study.dose``, ``...exposure``) exits
 through :func:`run_command`.

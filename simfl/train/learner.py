@@ -18,7 +18,13 @@ import numpy as np
 import torch
 
 from simfl.aggregate import Aggregator, Combined, RoundInputs, Selection
-from simfl.aggregate.base import State, checked_combined, checked_sampling, checked_selection
+from simfl.aggregate.base import (
+    Reports,
+    State,
+    checked_combined,
+    checked_sampling,
+    checked_selection,
+)
 from simfl.data.packed import Clients, FederatedData
 from simfl.errors import RunFailed
 from simfl.quantile.panel import EstimatorPanel
@@ -79,6 +85,10 @@ class Learner:
         self.filter: RuleSelection | PanelFilter = (
             RuleSelection(aggregator) if panel is None
             else PanelFilter(panel, bias_every, work.data.train.num_samples.mean()))
+        # the round's loss reports, from its select to its aggregation (a rule that
+        # combines every round reads them); never checkpointed: checkpoints fall
+        # between rounds
+        self.reports: Reports | None = None
 
     @property
     def data(self) -> FederatedData:
@@ -132,14 +142,18 @@ class Learner:
     def select(self, losses: np.ndarray, client_idx: np.ndarray, round_idx: int,
                t_s: float) -> tuple[Selection, BiasColumns | None]:
         """Which cohort clients train, from their reported losses F_k(w_t), and the round's
-        bias.parquet rows (None without an estimator panel) for the server to write. A
-        rule's answer that breaks its contract is a PluginBroke (simfl.plugins)."""
+        bias.parquet rows (None without an estimator panel) for the server to write; the
+        reports are kept for the round's aggregation (``RoundInputs.reports``). A rule's
+        answer that breaks its contract is a PluginBroke (simfl.plugins)."""
         train = self.data.train
         selection, bias = self.filter.select(
             losses, self.num_samples(client_idx).astype(np.float64), client_idx, round_idx,
             t_s, lambda: (self.work.losses(self.model.params),
                           train.num_samples.astype(np.float64)))
-        return checked_selection(self.aggregator, selection, len(losses)), bias
+        checked = checked_selection(self.aggregator, selection, len(losses))
+        self.reports = Reports(np.asarray(client_idx), np.asarray(losses, dtype=np.float64),
+                               checked.threshold)
+        return checked, bias
 
     def train(self, round_idx: int, client_idx: np.ndarray) -> np.ndarray:
         """Sync round ``round_idx`` (= the model version): local training of the given
@@ -164,17 +178,21 @@ class Learner:
     def _step(self, client_idx: np.ndarray, versions: np.ndarray, losses: np.ndarray,
               scales: np.ndarray | None, nonfinite: str) -> None:
         """Combine the stored updates of (``versions``, ``client_idx``) through the rule
-        (none: no change); the model version + 1. NonFiniteModelError(``nonfinite``)."""
+        (none: no change, unless the rule combines every round); the model version + 1.
+        NonFiniteModelError(``nonfinite``)."""
         model, combined = self.model, None
-        if len(client_idx) > 0:
+        if len(client_idx) > 0 or self.aggregator.every_round:
             inputs = RoundInputs(
-                deltas=model.updates.take(versions, client_idx),
+                deltas=model.updates.take(versions, client_idx) if len(client_idx) > 0
+                else model.params.new_zeros((0, model.params.numel())),
                 weights=self.num_samples(client_idx).astype(np.float64),
                 client_idx=np.asarray(client_idx), lr=self.lr(model.version),
                 loss_of=self.work.losses, rng=self.work.streams.numpy("aggregate", model.version),
-                losses=np.asarray(losses, dtype=np.float64), scales=scales)
+                losses=np.asarray(losses, dtype=np.float64), scales=scales,
+                reports=self.reports)
             combined = checked_combined(self.aggregator, self.aggregator.combine(
                 model.params, inputs, model.aggregator_state), model.params)
+        self.reports = None
         model.advance(combined, nonfinite)
 
     def state_dict(self) -> dict[str, Any]:
