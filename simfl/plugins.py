@@ -30,6 +30,7 @@ that module's code.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import importlib
@@ -69,6 +70,10 @@ class Plugin:
     reads: tuple[str, ...] = ()  # other keys of its section it reads (simfl's own)
     async_refused: str = ""  # why server.mode = "async" cannot run it ("" = it can)
     builtin: bool = False
+    # an aggregation rule that trains the reporters whose loss is at or above a threshold
+    # the estimator panel sets (Δ-FL's filter): it gets the panel, bias.parquet and the
+    # panel's memory in the guard, whoever wrote it
+    filters_by_threshold: bool = False
     factory: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
 
     def load(self, key: str = "", source: str = "<plugin>") -> Callable[..., Any]:
@@ -207,7 +212,7 @@ class Registry:
         return [p for p in self.table.values() if p.builtin]
 
     def add(self, name: str, factory: Callable[..., Any], async_refused: str = "",
-            path: str | None = None) -> Plugin:
+            path: str | None = None, filters_by_threshold: bool = False) -> Plugin:
         """Register ``factory`` as ``name`` (replacing a plug-in of that name, never one
         of simfl's own); InputError if it does not fit the point."""
         what = f"{self.point} plug-in {name!r}"
@@ -217,15 +222,19 @@ class Registry:
             raise InputError(f"{what} is not a function (a {type(factory).__name__})")
         keys, required = hyperparameters(self.point, factory, what)
         where = path or f"{factory.__module__}:{factory.__qualname__}"
-        plugin = Plugin(name, where, keys, required, (), async_refused, factory=factory)
+        plugin = Plugin(name, where, keys, required, (), async_refused, factory=factory,
+                        filters_by_threshold=filters_by_threshold)
         self.table[name] = plugin
         return plugin
 
-    def register(self, name: str | None = None, *,
-                 async_refused: str = "") -> Callable[[F], F]:
-        """Decorator: register the decorated factory under ``name`` (default: its own)."""
+    def register(self, name: str | None = None, *, async_refused: str = "",
+                 filters_by_threshold: bool = False) -> Callable[[F], F]:
+        """Decorator: register the decorated factory under ``name`` (default: its own);
+        ``filters_by_threshold`` (aggregation rules): the rule trains the reporters at or
+        above the estimator panel's threshold, as Δ-FL (:class:`Plugin`)."""
         def decorate(factory: F) -> F:
-            self.add(name or factory.__name__, factory, async_refused)
+            self.add(name or factory.__name__, factory, async_refused,
+                     filters_by_threshold=filters_by_threshold)
             return factory
         return decorate
 
@@ -246,13 +255,18 @@ class Registry:
             return self.table[name]
         if name in self.discovered():
             path = self.discovered()[name]
-            return self.add(name, import_path(path, key, source), path=path)
+            found = import_path(path, key, source)
+            return self.add(name, found, getattr(found, "async_refused", ""), path=path,
+                            filters_by_threshold=bool(getattr(found, "filters_by_threshold",
+                                                              False)))
         if ":" in name:
             factory = import_path(name, key, source)
             keys, required = hyperparameters(self.point, factory, f"{source}: '{key}' = "
                                              f"{name!r}")
             return Plugin(name, name, keys, required, (),
-                          getattr(factory, "async_refused", ""), factory=factory)
+                          getattr(factory, "async_refused", ""), factory=factory,
+                          filters_by_threshold=bool(getattr(factory, "filters_by_threshold",
+                                                            False)))
         near = difflib.get_close_matches(name, self.names(), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise InputError(f"{source}: '{key}' = {name!r} must be one of {self.names()} or a "
@@ -282,7 +296,8 @@ _PARTICIPATION = ("participation", "fedau_cutoff")
 AGGREGATORS = Registry("aggregators", [
     _own("fedavg", "simfl.aggregate.fedavg:fedavg", _PARTICIPATION),
     _own("fedprox", "simfl.aggregate.fedprox:fedprox", ("mu",)),
-    _own("deltafl", "simfl.aggregate.deltafl:deltafl", ("theta", *_PARTICIPATION)),
+    dataclasses.replace(_own("deltafl", "simfl.aggregate.deltafl:deltafl",
+                             ("theta", *_PARTICIPATION)), filters_by_threshold=True),
     _own("fedavg_sub", "simfl.aggregate.fedavg_sub:fedavg_sub", ("theta",),
          "its smaller cohort is a sync round's; async mode sets how many devices train "
          "with server.concurrency"),
@@ -352,6 +367,13 @@ AVAILABILITY = Registry("availability", [
 REGISTRIES = {r.point: r for r in (AGGREGATORS, MODELS, DATASETS, ESTIMATORS, AVAILABILITY)}
 
 register_aggregator = AGGREGATORS.register
+
+
+def filters_by_threshold(rule: str, source: str = "<scenario>") -> bool:
+    """Whether the aggregation rule named ``rule`` trains the reporters at or above the
+    estimator panel's threshold (Δ-FL's filter; :class:`Plugin`): what makes a run build
+    the panel, write bias.parquet and count the panel's memory."""
+    return AGGREGATORS.lookup(rule, "aggregator.name", source).filters_by_threshold
 register_model = MODELS.register
 register_dataset = DATASETS.register
 register_estimator = ESTIMATORS.register

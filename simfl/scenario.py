@@ -651,7 +651,7 @@ def _check_server(scenario: Scenario, source: str) -> None:
                          f"{scenario.aggregator.participation!r} does not work with "
                          f"'server.mode' = 'async': {plugins.PARTICIPATION_ASYNC_REFUSED}")
     driver = plugins.ESTIMATORS.lookup(scenario.estimator.name, "estimator.name", source)
-    if scenario.aggregator.name == "deltafl" and driver.async_refused:
+    if plugins.filters_by_threshold(scenario.aggregator.name, source) and driver.async_refused:
         able = [p.name for p in plugins.ESTIMATORS.builtins() if not p.async_refused]
         raise InputError(f"{source}: 'estimator.name' = {driver.name!r} "
                          f"{driver.async_refused}; with 'server.mode' = 'async' use one of "

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
 from simfl.plots import new_axes, save_figure
+from simfl.plugins import AGGREGATORS
 from simfl.records import read_table, table_exists
 from simfl.rundir import FIGURE_FORMATS, PLOTS_DIR, manifest_or_empty
 from simfl.tables import error_by_round, tail_vs_bytes
@@ -24,7 +25,6 @@ from simfl.tables import error_by_round, tail_vs_bytes
 SECONDS_PER_HOUR = 3600.0
 P90_LABEL = f"{TAIL_LEVEL * 100:.0f}th percentile"
 SPLIT_NAMES = {"test": "test", "train": "training-device"}  # eval.parquet's splits
-_THETA_AGGREGATORS = frozenset({"deltafl"})  # aggregators whose label shows theta
 
 
 # --- data preparation ---------------------------------------------------------
@@ -78,7 +78,11 @@ def run_label(run_dir: Path) -> str:
     except (KeyError, TypeError):
         return run_dir.name
     theta = agg.get("theta")
-    return f"{name} θ={theta:g}" if name in _THETA_AGGREGATORS and theta is not None else name
+    # θ where the rule filters by a threshold: a name registered in this process (its
+    # table, never an import of what the run names)
+    known = AGGREGATORS.table.get(name)
+    filters = known is not None and known.filters_by_threshold
+    return f"{name} θ={theta:g}" if filters and theta is not None else name
 
 
 def byte_unit(max_bytes: float) -> tuple[float, str]:

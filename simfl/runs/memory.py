@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from simfl.errors import InputError
+from simfl.plugins import filters_by_threshold
 from simfl.quantile.panel import DAYS_READERS
 from simfl.scenario import Scenario
 
@@ -218,7 +219,7 @@ def _state_terms(scenario: Scenario) -> list[Term]:
     so far; with ``estimator.checkin_memory_days`` D, each also keeps up to D + 1 days'
     counts apart), and the checkpoints that serialise it."""
     train, _ = devices_from_keys(scenario)
-    if scenario.aggregator.name != "deltafl" or not train:
+    if not filters_by_threshold(scenario.aggregator.name) or not train:
         return []
     est, server = scenario.estimator, scenario.server
     names = {est.name, *est.shadow}
@@ -338,8 +339,8 @@ def _draws_term(scenario: Scenario) -> Term:
     """The bias decomposition's random cohorts of one pool, held at once
     (simfl.quantile.panel), each a numpy array of the cohort's indices."""
     est = scenario.estimator
-    draws = est.decomposition_draws if est.bias_every and scenario.aggregator.name == "deltafl" \
-        else 0
+    draws = (est.decomposition_draws
+             if est.bias_every and filters_by_threshold(scenario.aggregator.name) else 0)
     return (draws * (8 * _cohort(scenario) + 112),
             f"'estimator.decomposition_draws' = {est.decomposition_draws}",
             "the bias decomposition's random cohorts")

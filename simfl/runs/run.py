@@ -28,7 +28,7 @@ from simfl.data.covariates import client_covariate
 from simfl.data.packed import Clients
 from simfl.errors import InputError, RunFailed, RunInterrupted
 from simfl.metrics import error_summary
-from simfl.plugins import check_origins, source_sha256
+from simfl.plugins import check_origins, filters_by_threshold, source_sha256
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
@@ -111,7 +111,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, overwrite: bool = False,
         if unused := unused_server_keys(scenario):
             report(f"note: server.mode = {scenario.server.mode!r} does not use "
                    f"{', '.join(unused)} (the other mode's keys): ignored")
-        if scenario.aggregator.name != "deltafl" and scenario.estimator != EstimatorConfig():
+        if (not filters_by_threshold(scenario.aggregator.name)
+                and scenario.estimator != EstimatorConfig()):
             report(f"note: aggregator '{scenario.aggregator.name}' sets no threshold, so "
                    "[estimator] is not used and bias.parquet stays empty")
         try:
@@ -236,7 +237,7 @@ def _build(scenario: Scenario) -> _Built:
                      streams, scenario.eval.class_major)
     population = _population(scenario, data, streams)
     panel = None
-    if scenario.aggregator.name == "deltafl":  # its threshold from the estimator panel
+    if filters_by_threshold(scenario.aggregator.name):  # its threshold from the panel
         panel = EstimatorPanel(scenario.estimator, scenario.aggregator.theta,
                                data.train.num_clients, streams,
                                strata=population.devices.region_idx,
