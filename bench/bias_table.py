@@ -39,6 +39,11 @@ correction (bias.parquet's split applies a reweighting estimator's weights to un
 cohorts too).
 
 ``--digits N`` sets the decimals of every printed mean and half-width (default 3).
+``--only AXIS=VALUE`` (repeatable) keeps the cells whose sweep axis AXIS prints as VALUE
+(e.g. ``--only clients_per_round=20 --only theta=0.5``); an axis left with one value is no
+longer a column. ``--margin M`` follows every interval with its verdict, the only ones the
+study's pages use: *different* (the 95 % interval excludes 0), *equivalent within ±M* (it
+lies inside (−M, +M)), both when both hold, else *not detected*.
 ``--cohort-sizes`` prints, per cohort size K (``clients_per_round``), how many loss reports
 the estimators saw (``cohort_size``, every round of every run), in how many rounds fewer
 than the most, and from the sweep's ``rounds.parquet`` the fewest devices a round selected
@@ -54,9 +59,28 @@ import numpy as np
 import polars as pl
 
 from simfl.plots.study import DECOMPOSITION, against_prescribed, bias_rows
-from simfl.study.intervals import ci
+from simfl.study.intervals import ci, paired
 
 COLUMNS = ("bias", *DECOMPOSITION, "conformity_gap")
+
+
+def verdict(values: np.ndarray, margin: float) -> str:
+    """The verdict of the values' 95 % t-interval (:func:`simfl.study.intervals.paired`)
+    against 0 and against ± ``margin``; "" with fewer than two values (no interval)."""
+    if len(values) < 2:
+        return ""
+    d = paired(values)
+    found = [name for name, holds in (("different", d.low > 0 or d.high < 0),
+                                      (f"equivalent within ±{margin:g}",
+                                       -margin < d.low and d.high < margin)) if holds]
+    return " and ".join(found) or "not detected"
+
+
+def interval(values: np.ndarray, digits: int, margin: float | None) -> str:
+    """A table cell: mean ± 95 % half-width, then the verdict when a margin is given."""
+    cell = ci(values, digits)
+    judged = verdict(values, margin) if margin is not None else ""
+    return f"{cell} ({judged})" if judged else cell
 
 
 def main() -> None:
@@ -83,6 +107,11 @@ def main() -> None:
                              "uniform-minibatch quantile that Δ-FL's objective prescribes) and "
                              "availability = E_online - E_all(cohort_exact)")
     parser.add_argument("--digits", type=int, default=3, help="decimals of the printed figures")
+    parser.add_argument("--only", metavar="AXIS=VALUE", action="append", default=[],
+                        help="keep the cells whose axis prints as VALUE; repeat for more axes")
+    parser.add_argument("--margin", type=float,
+                        help="follow each interval with its verdict: different, equivalent "
+                             "within ±MARGIN, or not detected")
     parser.add_argument("--cohort-sizes", action="store_true",
                         help="per K: loss reports the estimators saw, rounds with fewer, "
                              "fewest selected, longest round")
@@ -90,6 +119,13 @@ def main() -> None:
     bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
     if args.prescribed:
         bias = against_prescribed(bias)
+    for only in args.only:
+        axis, _, wanted = only.partition("=")
+        if axis not in bias.columns or not wanted:
+            parser.error(f"--only: not AXIS=VALUE with an axis of {args.sweep_dir}: {only}")
+        bias = bias.filter(pl.col(axis).cast(pl.Utf8) == wanted)
+        if bias.is_empty():
+            parser.error(f"--only: no cell of {args.sweep_dir} has {only}")
     if args.cohort_sizes:
         print_cohort_sizes(bias, args.sweep_dir / "rounds.parquet")
         return
@@ -122,7 +158,7 @@ def main() -> None:
         return
     if pairs:
         print_paired(rows, [k for k in keys if k != "estimator"], pairs,
-                     args.pivot or "online", args.digits)
+                     args.pivot or "online", args.digits, args.margin)
         return
     per_run = rows.group_by(*keys, "seed").agg(pl.col(c).mean() for c in columns)
     if args.pivot:
@@ -130,7 +166,7 @@ def main() -> None:
             parser.error(f"--across: not an axis of {args.sweep_dir}: {args.across}")
         cell = [k for k in keys if k != args.across  # one estimator: no column for it
                 and (k != "estimator" or per_run[k].n_unique() > 1)]
-        print_pivot(per_run, cell, args.across, args.pivot, args.digits)
+        print_pivot(per_run, cell, args.across, args.pivot, args.digits, args.margin)
         return
     print("| " + " | ".join([*keys, "seeds", "bias", "sampling", "availability", "selection",
                             "conformity − θ"] + ["E_online − Q_pop"] * args.online) + " |")
@@ -138,7 +174,7 @@ def main() -> None:
     for group in per_run.sort(*keys).partition_by(*keys, maintain_order=True):
         row = group.row(0, named=True)
         cells = [str(row[k]) for k in keys] + [str(group.height)]
-        print("| " + " | ".join(cells + [ci(group[c].to_numpy(), args.digits)
+        print("| " + " | ".join(cells + [interval(group[c].to_numpy(), args.digits, args.margin)
                                           for c in columns]) + " |")
 
 
@@ -213,7 +249,7 @@ def paired_runs(rows: pl.DataFrame, cell: list[str], a: str, b: str,
 
 
 def print_paired(rows: pl.DataFrame, cell: list[str], pairs: list[tuple[str, ...]],
-                 column: str, digits: int) -> None:
+                 column: str, digits: int, margin: float | None = None) -> None:
     """One row per cell (its seeds: the fewest any pair has), a column per pair A,B: the
     mean over seeds ± 95 % t half-width of the per-run differences A − B."""
     runs = []
@@ -227,11 +263,12 @@ def print_paired(rows: pl.DataFrame, cell: list[str], pairs: list[tuple[str, ...
     for key in sorted(set().union(*runs)):
         diffs = [by.get(key, np.array([])) for by in runs]
         print("| " + " | ".join([*map(str, key), str(min(len(d) for d in diffs)),
-                                *(ci(d, digits) if len(d) else "" for d in diffs)]) + " |")
+                                *(interval(d, digits, margin) if len(d) else ""
+                                  for d in diffs)]) + " |")
 
 
 def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str,
-                digits: int = 3) -> None:
+                digits: int = 3, margin: float | None = None) -> None:
     """One row per cell (its seeds: the fewest any column has), a column per value of
     ``across`` (the estimators, or a sweep axis such as θ, in descending order)."""
     values = sorted(per_run[across].unique(), reverse=across != "estimator")
@@ -243,7 +280,7 @@ def print_pivot(per_run: pl.DataFrame, cell: list[str], across: str, column: str
         by = {v: g[column].to_numpy()
               for (v,), g in group.partition_by(across, as_dict=True).items()}
         seeds = min(len(v) for v in by.values())
-        cells = [ci(by[v], digits) if v in by else "" for v in values]
+        cells = [interval(by[v], digits, margin) if v in by else "" for v in values]
         print("| " + " | ".join([*(str(row[k]) for k in cell), str(seeds), *cells]) + " |")
 
 

@@ -23,7 +23,7 @@ Printed per seed and simulated day: the mean over its rounds of the total-variat
 distance between the implied region shares and the population's (0 for a perfect
 correction), of the implied mean covariate minus the population's, and, for the two
 estimates, the mean of π̂ / π over the online devices. With more than one seed, then
-docs/bias.md's table: the distances and ratios, each cell the seeds' values joined by
+docs/bias/ipw.md's table: the distances and ratios, each cell the seeds' values joined by
 " / " (tests/test_ipw_rates.py checks that the page holds it).
 """
 
@@ -45,7 +45,7 @@ DAY_S = 86400.0
 ROUND_S = 600.0
 ESTIMATES = ("ipw", "earlier_days")
 NAMES = ("unweighted", "known", *ESTIMATES)
-# docs/bias.md's names for the weightings: simfl's estimators (ipw_known, ipw, ipw_days).
+# docs/bias/ipw.md's names for the weightings: the estimators ipw_known, ipw, ipw_days.
 DOC_NAMES = {"unweighted": "unweighted", "known": "true rates (`ipw_known`)", "ipw": "`ipw`",
              "earlier_days": "`ipw_days`"}
 Day = dict[str, dict[str, float]]
@@ -113,7 +113,7 @@ def seed_table(population: str, seed: int, strength: float, table: list[Day]) ->
 
 
 def doc_table(tables: list[list[Day]]) -> str:
-    """docs/bias.md's table: per day, each cell the seeds' values joined by " / "."""
+    """docs/bias/ipw.md's table: per day, each cell the seeds' values joined by " / "."""
     lines = ["| day | " + " | ".join(f"TV {DOC_NAMES[n]}" for n in NAMES) + " | "
              + " | ".join(f"π̂ / π {DOC_NAMES[n]}" for n in ESTIMATES) + " |",
              "|---" * (1 + len(NAMES) + len(ESTIMATES)) + "|"]

@@ -4,13 +4,13 @@
         --seeds 0 1 2 [--scenario scenarios/diurnal_emnist.toml] [--k 50] [--rounds 150] \
         [--fresh 1] [--window 6] [--draws 200] [--reuse] [--set KEY=VALUE ...] [--label L]
 
-docs/bias.md splits the bias of the Δ-FL threshold into sampling, availability and
-selection terms; the availability term is E_online − E_all, the estimator's mean on
-random cohorts of the devices online when the round opened minus its mean on random
-cohorts of all training devices, both on the population's losses F_k(w_t). Regions
-drawn at random make who is online independent of the data, yet at θ = 0.1 the term is
-negative (the full design's −0.018 to −0.022 at K = 10-100, docs/bias.md). The candidate
-cause tested here is *exposure*: cohorts are drawn from the online devices and sessions
+docs/bias/definitions.md splits the bias of the Δ-FL threshold into sampling,
+availability and selection terms; the availability term is E_online − E_all, the
+estimator's mean on random cohorts of the devices online when the round opened minus its
+mean on random cohorts of all training devices, both on the population's losses F_k(w_t).
+Regions drawn at random make who is online independent of the data, yet at θ = 0.1 the
+term is negative (−0.018 to −0.022 at K = 10-100, docs/bias/decomposition.md). The
+candidate cause tested here is *exposure*: cohorts are drawn from the online devices and sessions
 last about an hour while rounds open every 10 minutes, so a device online now has
 usually been online, sampled and perhaps trained on earlier in its session; the devices
 that just came online have not.

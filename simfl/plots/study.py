@@ -47,15 +47,25 @@ def bias_rows(bias: pl.DataFrame) -> pl.DataFrame:
 
 
 def against_prescribed(bias: pl.DataFrame) -> pl.DataFrame:
-    """Each estimator's causes counted from what Δ-FL's objective prescribes.
+    """Each estimator's causes counted from the threshold the minibatch objective prescribes.
 
-    The papers' Algorithm 2 minimises the expected superquantile of a uniform minibatch
-    of devices, so its threshold is the cohort's own quantile and its expectation over
-    uniform cohorts, E_all of ``cohort_exact``, is the *prescribed* threshold: the gap
-    E_all − Q_pop (the sampling term) is what the objective asks for, not an error of
-    the server. bias.parquet books each estimator's sampling term with its own E_all,
-    which for a reweighting estimator (IPW) applies its weights to uniform cohorts, where
-    no reweighting is called for. Here, per run and round, every estimator gets
+    The sampling term E_all − Q_pop has two readings. The workshop paper (Pillutla,
+    Laguel, Malick, Harchaoui, "Tackling Distribution Shifts in Federated Learning with
+    Superquantile Aggregation", §2) minimises the *expected minibatch superquantile*
+    E_{S ~ U_m}[S_α(F_i(w) : i ∈ S)] over uniform subsets S of m devices; under that
+    objective a round's threshold is its uniform cohort's own quantile, and its
+    expectation over uniform cohorts, E_all of ``cohort_exact``, is the *prescribed*
+    threshold: the sampling term is what the objective asks for, not an error of the
+    server. The long paper (Laguel et al., "Federated Learning with Superquantile
+    Aggregation for Heterogeneous Data", before its Algorithm 2) keeps the superquantile
+    over all devices as the objective, estimates the η-step from a sample of devices, and
+    leaves the quantile estimator's bias out of its scope; read so, the sampling term is
+    part of the error η̂ − Q_pop. This function takes the first reading; bias.parquet's
+    own split, with the total bias, serves the second.
+
+    bias.parquet books each estimator's sampling term with its own E_all, which for a
+    reweighting estimator (IPW) applies its weights to uniform cohorts, where no
+    reweighting is called for. Here, per run and round, every estimator gets
     ``cohort_exact``'s sampling term, and availability = E_online − E_all(cohort_exact):
     how far the estimator, on random cohorts of the devices online, stays from the
     prescribed threshold after its correction. Selection is unchanged; the three still
@@ -102,6 +112,12 @@ def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
 
 
 DECOMPOSITION = ("sampling_bias", "availability_bias", "selection_bias")
+# The causes' legend labels, each with its definition (bias = the three summed): sampling is
+# the prescribed threshold's gap from Q_pop under the minibatch objective, or an error of the
+# estimate under the all-devices objective (:func:`against_prescribed` gives both readings).
+CAUSE_LABELS = {"sampling_bias": "sampling (E_all − Q_pop)",
+                "availability_bias": "availability (E_online − E_all)",
+                "selection_bias": "selection (η̂ − E_online)"}
 
 
 def _stacked_causes(ax: Axes, x: Sequence[float], rows: pl.DataFrame, legend: bool,
@@ -116,7 +132,7 @@ def _stacked_causes(ax: Axes, x: Sequence[float], rows: pl.DataFrame, legend: bo
         for i, column in enumerate(DECOMPOSITION):
             part = [max(sign * v, 0.0) * sign for v in rows[column].to_list()]
             ax.bar(x, part, bottom=bottom, color=f"C{i}", width=width, align=align,
-                   label=column.removesuffix("_bias") if sign > 0 and legend else None)
+                   label=CAUSE_LABELS[column] if sign > 0 and legend else None)
             bottom = [b + p for b, p in zip(bottom, part, strict=True)]
 
 
