@@ -70,8 +70,10 @@ SUMMARY_KEYS = ("mean", "p90")
 WHOLE = ("rounds", "bias", "devices")
 TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE)  # what a run's archive holds
 PER_DEVICE = ("eval", "devices")  # what --lean leaves out
+# what the study tools keep beside an archived run (simfl.study.theory, .exposure --keep)
+STUDY_KEPT = ("theory.parquet", "exposure.parquet")
 ARCHIVE_LAYOUT: Layout = {re.escape(name): FILE for name in
-                          (MANIFEST, *(f"{t}.parquet" for t in TABLES))}
+                          (MANIFEST, *(f"{t}.parquet" for t in TABLES), *STUDY_KEPT)}
 
 
 class Archived(NamedTuple):

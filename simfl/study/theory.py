@@ -3,6 +3,7 @@ against the measured one (docs/theory.md).
 
     python -m simfl.study.theory RUN_OR_SWEEP_DIR ... [--window 900:1000] [--figure FILE]
     python -m simfl.study.theory RUN_OR_SWEEP_DIR ... --by-lag [--window 50:1000]
+    python -m simfl.study.theory SWEEP_DIR --keep docs/runs/NAME
 
 **The prediction.** The availability term is E_online − E_all (simfl.quantile.panel):
 the estimator's mean on random cohorts of the devices online when a round opens,
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -117,6 +119,52 @@ def oracle_rates(manifest: dict, devices: pl.DataFrame):  # noqa: ANN201
     return HabitRates(offset_s, habits)
 
 
+KEPT = "theory.parquet"  # what --keep writes beside the manifest
+# devices.parquet's columns the oracle rates and weights read
+_DEVICE_COLUMNS = ("client_idx", "region", "utc_offset_h", "num_samples", "logit_shift",
+                   "phase_h", "charge_start_h")
+
+
+def _tables(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(training devices, training losses by evaluation round: round, client_idx, loss)
+    of a run folder, or of a kept one (:func:`keep`)."""
+    if (run_dir / KEPT).is_file():
+        kept = pl.read_parquet(run_dir / KEPT)
+        losses = kept.select("client_idx", pl.col("^loss_.*$")).unpivot(
+            index="client_idx", variable_name="round", value_name="loss").with_columns(
+            pl.col("round").str.strip_prefix("loss_").cast(pl.Int64),
+            pl.col("loss").cast(pl.Float64))
+        return kept.select(c for c in kept.columns if not c.startswith("loss_")), losses
+    for name in ("devices", "eval"):
+        if not (run_dir / f"{name}.parquet").is_file():
+            raise InputError(f"{run_dir}: no {name}.parquet (a lean archive keeps none; "
+                             f"--keep keeps what the check reads)")
+    devices = pl.read_parquet(run_dir / "devices.parquet")
+    train = devices.filter(pl.col("split") == "train") if "split" in devices.columns else devices
+    losses = pl.read_parquet(run_dir / "eval.parquet").filter(pl.col("split") == "train")
+    return train, losses.select("round", "client_idx", "loss")
+
+
+def keep(run_dir: Path, to: Path) -> Path:
+    """Write ``run_dir``'s manifest, bias.parquet and, in ``theory.parquet``, what the
+    check reads of its devices and their training losses at the evaluation rounds that
+    are also bias rounds (float32) into ``to/<run name>/``; returns that folder."""
+    train, losses = _tables(run_dir)
+    bias_rounds = set(pl.read_parquet(run_dir / "bias.parquet").filter(
+        pl.col("oracle_quantile").is_not_null())["round"].to_list())
+    table = train.select(c for c in _DEVICE_COLUMNS if c in train.columns).sort("client_idx")
+    for r in sorted(set(losses["round"].to_list()) & bias_rounds):
+        at = losses.filter(pl.col("round") == r).sort("client_idx")
+        table = table.with_columns(pl.Series(f"loss_{r}", at["loss"].to_numpy(),
+                                             dtype=pl.Float32))
+    out = to / run_dir.name
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (MANIFEST, "bias.parquet"):
+        shutil.copyfile(run_dir / name, out / name)
+    table.write_parquet(out / KEPT, compression_level=22, compression="zstd")
+    return out
+
+
 def run_points(run_dir: Path, window: tuple[int, int] | None = None,
                estimator: str = "cohort_exact") -> pl.DataFrame:
     """Per bias round of the window (default: every bias round from the first evaluation
@@ -126,13 +174,11 @@ def run_points(run_dir: Path, window: tuple[int, int] | None = None,
     if manifest.get("status") != "complete":
         return pl.DataFrame()
     level = 1.0 - float(manifest["scenario"]["aggregator"].get("theta", 1.0))
-    devices = pl.read_parquet(run_dir / "devices.parquet")
-    train = devices.filter(pl.col("split") == "train") if "split" in devices.columns else devices
-    alpha = train.sort("client_idx")["num_samples"].to_numpy().astype(float)
-    losses_by_round = {
-        r: frame.sort("client_idx")["loss"].to_numpy()
-        for (r,), frame in pl.read_parquet(run_dir / "eval.parquet").filter(
-            pl.col("split") == "train").group_by("round")}
+    train, losses = _tables(run_dir)
+    devices = train.sort("client_idx")
+    alpha = devices["num_samples"].to_numpy().astype(float)
+    losses_by_round = {r: frame.sort("client_idx")["loss"].to_numpy().astype(float)
+                       for (r,), frame in losses.group_by("round")}
     eval_rounds = np.array(sorted(losses_by_round))
     bias = pl.read_parquet(run_dir / "bias.parquet").filter(
         (pl.col("estimator") == estimator) & pl.col("availability_bias").is_not_null()
@@ -147,9 +193,9 @@ def run_points(run_dir: Path, window: tuple[int, int] | None = None,
         after = eval_rounds[eval_rounds >= r]
         if not after.size:
             continue
-        losses = losses_by_round[int(after[0])]
+        at = losses_by_round[int(after[0])]
         rows.append({"round": r, "loss_round": int(after[0]), "measured": measured,
-                     "predicted": predicted_term(losses, alpha, rates.online_prob(idx, t_s),
+                     "predicted": predicted_term(at, alpha, rates.online_prob(idx, t_s),
                                                  level)})
     return pl.DataFrame(rows)
 
@@ -204,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", type=Path, nargs="+", help="run or sweep folders")
     parser.add_argument("--window", help="bias rounds FIRST:LAST (LAST excluded)")
     parser.add_argument("--figure", type=Path, help="draw measured against predicted")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="instead, keep what the check reads of each run, small, in DIR")
     parser.add_argument("--by-lag", action="store_true",
                         help="instead, every bias round's point grouped by the age of the "
                              "losses it used")
@@ -214,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.window:
             first, _, last = args.window.partition(":")
             window = (int(first), int(last))
+        if args.keep:
+            for folder in args.folders:
+                for run in ([folder] if (folder / MANIFEST).is_file() else sorted(
+                        d for d in folder.iterdir() if (d / MANIFEST).is_file())):
+                    if json.loads((run / MANIFEST).read_text()).get("status") == "complete":
+                        print(f"kept {keep(run, args.keep)}")
+            return
         if args.by_lag:
             with pl.Config(tbl_rows=-1, float_precision=4, tbl_hide_dataframe_shape=True):
                 print(by_lag(args.folders, window))

@@ -94,3 +94,20 @@ def test_oracle_rates_rebuilt_from_the_tables_are_the_models(tmp_path: Path) -> 
     assert points["round"].to_list() == [4] and points["loss_round"].to_list() == [4]
     assert np.isfinite(points["predicted"].to_numpy()).all()
     assert pl.read_parquet(tmp_path / "run" / "bias.parquet").height > 0
+
+
+@pytest.mark.slow
+def test_a_kept_run_gives_the_same_points(tmp_path: Path) -> None:
+    """What --keep writes (the devices' columns and the losses at the bias rounds that
+    are evaluation rounds) reproduces the run folder's points at those rounds."""
+    from simfl.study.theory import KEPT, keep
+
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO)
+    simfl.simulate(simfl.load_scenario(path), tmp_path / "runs" / "run")
+    kept = keep(tmp_path / "runs" / "run", tmp_path / "kept")
+    assert sorted(p.name for p in kept.iterdir()) == ["bias.parquet", "manifest.json", KEPT]
+    whole = run_points(tmp_path / "runs" / "run", (4, 5))
+    small = run_points(kept, (4, 5))
+    assert whole["round"].to_list() == small["round"].to_list() == [4]
+    np.testing.assert_allclose(small["predicted"], whole["predicted"], rtol=1e-5)
