@@ -99,15 +99,18 @@ def verdict(low: float, high: float, margin_points: float = MARGIN * 100) -> str
 
 
 def report(runs: pl.DataFrame) -> list[str]:
-    lines = ["comparison       pairs  p90 difference, points [95 % interval]  p (Holm)  verdict"]
+    lines = [f"{'comparison':20s} pairs  p90 difference, points [95 % interval]  p (Holm)  "
+             f"verdict"]
     d = _diff(runs, *PRIMARY)
     if len(d) >= 2:
         r = paired(d)
-        lines.append(f"{PRIMARY[0]} - {PRIMARY[1]} (primary) {len(d):5d}  {r.estimate:+.2f} "
-                     f"[{r.low:+.2f}, {r.high:+.2f}]  p {r.p:.3f}  {verdict(r.low, r.high)}")
+        label = f"{PRIMARY[0]} - {PRIMARY[1]} (primary)"
+        lines.append(f"{label:20s} {len(d):5d}  {r.estimate:+.2f} [{r.low:+.2f}, {r.high:+.2f}]"
+                     f"  p {r.p:.3f}  {verdict(r.low, r.high)}")
     found = [(a, b, paired(x)) for a, b in SECONDARY if len(x := _diff(runs, a, b)) >= 2]
     for (a, b, r), p in zip(found, holm([r.p for _, _, r in found]), strict=True):
-        lines.append(f"{a} - {b} (secondary)     {len(_diff(runs, a, b)):5d}  {r.estimate:+.2f} "
+        label = f"{a} - {b} (secondary)"
+        lines.append(f"{label:20s} {len(_diff(runs, a, b)):5d}  {r.estimate:+.2f} "
                      f"[{r.low:+.2f}, {r.high:+.2f}]  p {p:.3f}  {verdict(r.low, r.high)}")
     lines.append("")
     lines.append("arm  seeds  test p90       test mean      driver bias (nats)  kept share  MB")
