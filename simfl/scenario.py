@@ -442,7 +442,9 @@ class HabitsConfig:
     # nightly charging: each night with probability charge_prob the device is online
     # throughout a window of charge_hours from its own local start hour, drawn
     # N(charge_start_h, charge_start_sd_h^2) (rank-correlated with the covariate within
-    # each region by charge_correlation).
+    # each region by charge_correlation). Each component is off at its default; the
+    # values that shape one once on (22:00, 1.5 h, 6 h, engaged_share) are assumed, not
+    # read from a published table (docs/populations.md says which population uses what).
     charge_prob: float = _f(0.0, UNIT_INTERVAL)
     charge_start_h: float = _f(22.0, (lambda v: 0 <= v < 24, "must be in [0, 24)"))
     charge_start_sd_h: float = _f(1.5, (lambda v: 0 <= v <= 12, "must be in [0, 12]"))
