@@ -160,10 +160,14 @@ def _trace_stats_parser() -> argparse.ArgumentParser:
 def _trace_fit_parser() -> argparse.ArgumentParser:
     parser = _trace_source_parser(
         "fit", "Fit the habits availability model (per-device propensity, phase and session "
-               "length) to a trace or to a scenario's draws; print it as the scenario tables "
-               "that reproduce it, then, as TOML comments, its statistics against the "
-               "fitted model's simulated, with a warning (also on stderr) for each one off "
-               "(docs/design.md section 3).")
+               "length, and the heavy-tailed components its tests find) to a trace or to a "
+               "scenario's draws; print it as the scenario tables that reproduce it, then, "
+               "as TOML comments, its statistics against the fitted model's simulated, "
+               "with a warning (also on stderr) for each one off (docs/design.md section 3).")
+    parser.add_argument("--components", default="all", metavar="LIST",
+                        help="heavy-tailed components to fit, each kept only where its test "
+                             "finds it: all (default), none, or a comma-separated list of "
+                             "classes, weekly, bursts, charging")
     parser.add_argument("--out", type=Path, help="also write the tables to this .toml file")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
@@ -668,26 +672,30 @@ def _trace_fit(args: argparse.Namespace) -> int:
     from simfl.population.fit import (
         availability_observed,
         fit_observed,
+        parse_components,
         to_toml,
         trace_observed,
     )
     from simfl.population.fit_check import STREAM, check_fit, report_lines
     from simfl.rng import Streams
 
+    components = parse_components(args.components)
     if args.out is not None:
         check_output_file(args.out, args.overwrite, "fit", (".toml",))
     built = _scenario_population(args)
     if built is None:
         observed, seed, note = trace_observed(args.source, num_devices=args.num_devices), 0, ""
     else:
-        observed = availability_observed(built.population.availability,
-                                         built.population.devices.utc_offset_s)
+        devices = built.population.devices
+        observed = availability_observed(built.population.availability, devices.utc_offset_s,
+                                         devices.region_idx, len(devices.region_names))
         seed, note = built.seed, built.count_note
-    fitted = fit_observed(observed)
+    fitted = fit_observed(observed, components)
     check = check_fit(observed, fitted, Streams(seed).numpy(STREAM))
     warned = [f"warning: {line}" for line in check.warnings()]
     notes = [f"{observed.num_devices} devices ({note})"] if note else []
-    block = [*notes, *report_lines(check), *(warned or ["no statistic is off"])]
+    decided = [f"component {d.line()}" for d in fitted.components.decisions]
+    block = [*notes, *report_lines(check), *decided, *(warned or ["no statistic is off"])]
     text = to_toml(fitted) + "".join(f"# {line}\n" for line in block)
     if args.out is not None:
         args.out.write_text(text)

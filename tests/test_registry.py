@@ -20,7 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "simfl"
 
 def test_no_rule_name_is_compared_outside_the_registry() -> None:
     names = "|".join(re.escape(p.name) for p in plugins.AGGREGATORS.builtins())
-    compared = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=|in\b)""")
+    quoted = rf"""["']({names})["']"""
+    compared = re.compile(rf"(==|!=|\bin)\s*\(?\s*{quoted}|{quoted}\s*(==|!=|in\b)")
     found = [f"{path.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
              for path in PACKAGE.rglob("*.py")
              if path.name != "plugins.py" and "aggregate" not in path.parts
