@@ -31,7 +31,7 @@ from simfl.data import load_data
 from simfl.data.packed import ClientData
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
-from simfl.train.batched import TrainHParams, choose_backend, train_cohort
+from simfl.train.batched import TrainHParams, train_cohort
 from simfl.train.models import build_model, initial_params
 
 MODELS = {"linear": (32, 1.0), "convnet": (16, 0.32)}
@@ -132,11 +132,9 @@ def main() -> None:
         path = str(Path(tmp) / "cohort.pt")
         torch.save(clients, path)
         for model_name in args.models:
-            auto = choose_backend("auto", build_model(model_name, (1, 28, 28), 62),
-                                  torch.device("cpu"))
-            for backend in ("batched", "loop", "auto"):
+            for backend in ("batched", "loop", "auto"):  # auto: measured (simfl.train.choose)
                 r = child(path, model_name, backend, args.repeats, args.threads)
-                label = f"auto={auto}" if backend == "auto" else backend
+                label = backend
                 print(f"{model_name:8s} {label:13s} {r['s_per_round']:7.3f} s/round   "
                       f"peak RSS {r['peak_rss_mb']:7.0f} MB "
                       f"(+{r['round_rss_growth_mb']:.0f} MB during the rounds)")

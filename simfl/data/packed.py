@@ -1,7 +1,10 @@
 """Packed federated storage: one tensor of samples plus per-client offsets.
 
 Client k owns rows ``offsets[k]:offsets[k + 1]`` of ``x`` and ``y``, so a cohort
-is gathered with one vectorised index, never a Python loop over samples. Clients
+is gathered with one vectorised index, never a Python loop over samples. A training
+cohort is read in place instead (:meth:`ClientData.view`): the same ``x`` and ``y``,
+client k's rows starting at ``starts[k]``, so a round copies no sample; training gathers
+each minibatch's rows from the whole side (simfl.train.batched.plan_batches). Clients
 whose samples are made when asked for (:class:`GeneratedClients`) hold only the
 offsets and give packed :class:`ClientData` for a cohort, or for the whole side in
 chunks of bounded memory.
@@ -30,8 +33,12 @@ def client_rows(offsets: np.ndarray, client_idx: np.ndarray) -> np.ndarray:
     """Positions ``offsets[k]:offsets[k + 1]`` of the given clients, concatenated in order."""
     client_idx = np.asarray(client_idx, dtype=np.int64)
     starts = offsets[client_idx]
-    counts = offsets[client_idx + 1] - starts
-    # Position within each client's block, without a loop over clients.
+    return block_rows(starts, offsets[client_idx + 1] - starts)
+
+
+def block_rows(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Positions ``starts[i]:starts[i] + counts[i]``, concatenated in order."""
+    # Position within each block, without a loop over blocks.
     within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
     return np.repeat(starts, counts) + within
 
@@ -69,12 +76,15 @@ class _Offsets:
 
 @dataclass(frozen=True)
 class ClientData(_Offsets):
-    """Samples of K clients packed together."""
+    """Samples of K clients packed together, or, for a view (``starts`` given), read in
+    place from another ClientData's rows: client k owns rows ``starts[k]:starts[k] +
+    num_samples[k]`` of ``x`` and ``y``, which are that data's own tensors."""
 
     x: torch.Tensor  # (N, *input_shape) float32, standardised
     y: torch.Tensor  # (N,) int64 class labels
-    offsets: np.ndarray  # (K + 1,) int64, offsets[0] = 0, offsets[K] = N
+    offsets: np.ndarray  # (K + 1,) int64, offsets[0] = 0: num_samples, and packed rows
     client_ids: np.ndarray  # (K,) str, e.g. LEAF writer ids
+    starts: np.ndarray | None = None  # (K,) int64 first rows of a view; None: packed
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -82,25 +92,53 @@ class ClientData(_Offsets):
 
     def rows(self, client_idx: np.ndarray) -> np.ndarray:
         """Row indices of the given clients' samples, concatenated in the given order."""
-        return client_rows(self.offsets, client_idx)
+        if self.starts is None:
+            return client_rows(self.offsets, client_idx)
+        client_idx = np.asarray(client_idx, dtype=np.int64)
+        return block_rows(self.starts[client_idx], self.num_samples[client_idx])
 
     def subset(self, client_idx: np.ndarray) -> ClientData:
-        """A new ClientData holding only the given clients (in that order)."""
+        """The given clients (in that order): packed into new tensors, or, of a view,
+        another view of the same rows (no copy)."""
+        if self.starts is not None:
+            return self.view(client_idx)
         client_idx = np.asarray(client_idx, dtype=np.int64)
         rows = self.rows(client_idx)
-        counts = self.num_samples[client_idx]
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return ClientData(take_rows(self.x, rows), take_rows(self.y, rows), offsets,
+        return ClientData(take_rows(self.x, rows), take_rows(self.y, rows),
+                          _packed_offsets(self.num_samples[client_idx]),
                           self.client_ids[client_idx])
 
+    def view(self, client_idx: np.ndarray) -> ClientData:
+        """The given clients (in that order) read in place: the same ``x`` and ``y``, no
+        sample copied; what :meth:`cohort` gives training."""
+        client_idx = np.asarray(client_idx, dtype=np.int64)
+        starts = self.offsets[:-1] if self.starts is None else self.starts
+        return ClientData(self.x, self.y, _packed_offsets(self.num_samples[client_idx]),
+                          self.client_ids[client_idx], starts[client_idx])
+
+    def cohort(self, client_idx: np.ndarray) -> ClientData:
+        """The given clients' samples as training reads them: in place (:meth:`view`)."""
+        return self.view(client_idx)
+
     def chunks(self) -> Iterator[ClientData]:
-        """The clients in memory: one chunk, themselves."""
-        yield self
+        """The clients in memory: one chunk, themselves (a view: packed)."""
+        yield self if self.starts is None else self.packed()
+
+    def packed(self) -> ClientData:
+        """The same clients packed into new tensors from row 0 (a view's copy)."""
+        rows = self.rows(np.arange(self.num_clients))
+        return ClientData(take_rows(self.x, rows), take_rows(self.y, rows), self.offsets,
+                          self.client_ids)
 
     def to(self, device: torch.device) -> ClientData:
         """The same clients with their samples on ``device`` (e.g. all of them on a GPU once,
         so that rounds gather cohorts there instead of copying them from the host)."""
-        return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.client_ids)
+        return ClientData(self.x.to(device), self.y.to(device), self.offsets, self.client_ids,
+                          self.starts)
+
+
+def _packed_offsets(counts: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
 class Clients(Protocol):
@@ -120,6 +158,11 @@ class Clients(Protocol):
 
     def subset(self, client_idx: np.ndarray) -> ClientData:
         """The given clients' samples, packed in that order."""
+        ...
+
+    def cohort(self, client_idx: np.ndarray) -> ClientData:
+        """The given clients' samples for training: read in place where they are held
+        (a view: ``starts`` gives each client's first row), else made and packed."""
         ...
 
     def chunks(self) -> Iterator[ClientData]:
@@ -152,13 +195,16 @@ class GeneratedClients(_Offsets):
     def subset(self, client_idx: np.ndarray) -> ClientData:
         """The given clients' samples, made now and packed in that order."""
         client_idx = np.asarray(client_idx, dtype=np.int64)
-        counts = self.num_samples[client_idx]
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        offsets = _packed_offsets(self.num_samples[client_idx])
         x = np.empty((offsets[-1], *self.sample_shape), np.float32)
         y = np.empty(offsets[-1], np.int64)
         self.make(self.device_idx[client_idx], x, y)
         return ClientData(torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device),
                           offsets, self.client_ids[client_idx])
+
+    def cohort(self, client_idx: np.ndarray) -> ClientData:
+        """The given clients' samples for training: made now (:meth:`subset`)."""
+        return self.subset(client_idx)
 
     def chunks(self) -> Iterator[ClientData]:
         """Every client's samples in runs of consecutive clients, each at most

@@ -289,6 +289,15 @@ def _execute(scenario: Scenario, built: _Built, run_dir: Path, manifest: dict[st
              checkpoint: Checkpoint | None, progress: bool) -> dict[str, Any]:
     """Simulate (replaying up to ``checkpoint`` if given), write the tables and keep the
     manifest's status: running, then complete, failed or interrupted with the reason."""
+    # train.backend = "auto": its measured choices, written as made; a resume reuses them
+    backends = built.learner.work.backends
+    backends.restore(manifest.get("train_backend"), str(run_dir / MANIFEST))
+
+    def record_backends() -> None:
+        manifest["train_backend"] = backends.record()
+        write_manifest(run_dir, manifest)
+
+    backends.on_choice = record_backends
     recorder = Recorder(run_dir, committed=checkpoint.tables if checkpoint else {})
     started, before = time.perf_counter(), checkpoint.wall_s if checkpoint else 0.0
 

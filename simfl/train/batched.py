@@ -1,60 +1,64 @@
 """Local training of a cohort of clients: minibatch SGD from the global model.
 
 ``train_cohort`` runs τ local epochs of minibatch SGD on each of K clients and
-returns their model deltas. Two backends share one signature and one loss:
+returns their model deltas. Every backend minimises one local objective: the mean
+cross-entropy of a minibatch, plus (l2 / 2)‖w‖² and FedProx's proximal term
+(μ / 2)‖w − w_t‖² (Li et al., MLSys 2020), with the step
+w ← w − lr (∇CE + l2 w + μ (w − w_t)).
 
-* ``batched``: all clients at once with ``torch.func`` (``functional_call`` +
-  ``vmap`` + ``grad``, as in PyTorch's model-ensembling tutorial). Ragged
-  clients are padded and masked; clients are sorted by their number of steps so
-  that step s only computes the clients still running (a prefix). For the
-  linear softmax model the step's gradient is written out in closed form with
-  batched matrix products (``_linear_sgd_step``): the same arithmetic without
-  the transforms' per-call overhead, which dominates so small a model
-  (bench/train_cohort.py).
-* ``loop``: one client after the other; the reference and debugger.
+* ``batched``: many clients at once. Ragged clients are padded and masked; clients
+  are sorted by their number of steps so that step s only computes the clients
+  still running (a prefix), and trained in chunks of that order: on a CPU as many as
+  have their parameters in ``CPU_CHUNK_BYTES`` (they stay in the caches from one step
+  to the next), on a GPU the whole cohort. Each client's parameters are a slice of one
+  (chunk, *shape) tensor per parameter; the step's gradient comes from, first that
+  applies (simfl.train.steps): the closed form for :class:`LinearSoftmax`; the
+  batched kernels of :mod:`simfl.train.stacked` and one ``torch.autograd.grad`` of the
+  sum of the clients' losses, for the modules they know (``nn.Sequential`` of common
+  layers, the ConvNets, the GRU); else ``torch.func``'s ``vmap(grad(loss))`` over
+  ``functional_call`` (PyTorch's model-ensembling tutorial).
+* ``loop``: one client after the other on a copy of the module: its parameters
+  loaded from the flat vector once per client, ordinary autograd, the SGD step in
+  place, the result read back once. The reference, and what ``auto`` may pick.
+* ``auto``: the one predicted faster for the cohort's size class from a few timed
+  steps of each (:mod:`simfl.train.choose`).
 
-Sample orders are drawn outside ``vmap`` from one explicit ``torch.Generator``
-per client (seeded by the caller), so both backends see identical minibatches.
-FedProx's proximal term (Li et al., MLSys 2020) and ℓ2 regularisation are part
-of the local objective.
+Sample orders are drawn from one explicit ``torch.Generator`` per client (seeded by
+the caller), so every backend sees identical minibatches.
 
 On a GPU the batched backend keeps a round on the device: the cohort's data, the
 minibatch plan and the parameters live there, and the only transfer back is the
-(K,) training losses. A cohort that does not fit in GPU memory is trained in
-chunks (halved until it fits). ``precision`` chooses how float32 products are
-computed on a GPU: exactly (``fp32``), with TensorFloat-32 (``tf32``) or with a
-bfloat16 autocast of the forward pass (``bf16``).
+(K,) training losses. A chunk that does not fit in GPU memory is halved until it
+fits. ``precision`` chooses how float32 products are computed on a GPU: exactly
+(``fp32``), with TensorFloat-32 (``tf32``) or with a bfloat16 autocast of the forward
+pass (``bf16``; the closed-form linear step has no forward pass to cast and is not
+used then).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
 
 from simfl.data.packed import ClientData, take_rows
-from simfl.train.models import CharGRU, LinearSoftmax, ParamLayout
-
-Backend = Literal["auto", "batched", "loop"]
-Precision = Literal["fp32", "tf32", "bf16"]
-
-
-@dataclass(frozen=True)
-class TrainHParams:
-    local_epochs: int
-    batch_size: int
-    lr: float
-    l2: float = 0.0  # (l2 / 2) ||w||^2
-    prox_mu: float = 0.0  # (mu / 2) ||w - w_t||^2
-    backend: Backend = "auto"
-    precision: Precision = "fp32"
-    chunk: int = 0  # clients per batched call; 0: chunk_size decides (halved on GPU out-of-memory)
+from simfl.train.choose import BackendChoice, Prediction
+from simfl.train.loop import LoopTrainer
+from simfl.train.models import ParamLayout
+from simfl.train.plan import (  # noqa: F401 (re-exported: the names callers import)
+    Backend,
+    BatchPlan,
+    Precision,
+    TrainHParams,
+    plan_batches,
+    steps_of,
+)
+from simfl.train.steps import as_inputs, batched_step
 
 
 @dataclass(frozen=True)
@@ -64,70 +68,13 @@ class CohortResult:
     train_losses: np.ndarray  # (K,) mean minibatch loss over the local steps
 
 
-@dataclass(frozen=True)
-class BatchPlan:
-    """Every client's minibatches: ``rows[k, s, :]`` are rows of the packed cohort data."""
-
-    rows: torch.Tensor  # (K, S, B) int64; padded entries point at row 0
-    mask: torch.Tensor  # (K, S, B) bool, True for real samples
-    num_steps: np.ndarray  # (K,) steps per client = epochs * ceil(n_k / B)
-
-
-def plan_batches(
-    num_samples: np.ndarray, epochs: int, batch_size: int, seeds: Sequence[int]
-) -> BatchPlan:
-    """Shuffle each client's samples every epoch (its own generator) and cut minibatches."""
-    num_samples = np.asarray(num_samples, dtype=np.int64)
-    # A minibatch larger than every client is the whole client: the same steps and means
-    # without padding to the requested size.
-    batch_size = max(1, min(batch_size, int(num_samples.max(initial=1))))
-    steps_per_epoch = -(-num_samples // batch_size)
-    num_steps = epochs * steps_per_epoch
-    offsets = np.concatenate([[0], np.cumsum(num_samples)])
-    k_total, s_max = len(num_samples), int(num_steps.max(initial=0))
-    rows = torch.zeros(k_total, s_max * batch_size, dtype=torch.int64)
-    mask = torch.zeros(k_total, s_max * batch_size, dtype=torch.bool)
-    for k, (n, seed) in enumerate(zip(num_samples.tolist(), seeds, strict=True)):
-        generator = torch.Generator().manual_seed(int(seed))
-        span = steps_per_epoch[k] * batch_size
-        for e in range(epochs):
-            start = e * span
-            rows[k, start : start + n] = offsets[k] + torch.randperm(n, generator=generator)
-            mask[k, start : start + n] = True
-    shape = (k_total, s_max, batch_size)
-    return BatchPlan(rows.view(shape), mask.view(shape), num_steps)
-
-
-def _make_loss(model: nn.Module, hp: TrainHParams):  # noqa: ANN202
-    """The local objective of one client on one minibatch; params are a name -> tensor dict."""
-
-    autocast = hp.precision == "bf16"
-
-    def loss_fn(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = functional_call(model, params, (x,))
-        per_sample = nn.functional.cross_entropy(logits.float() if autocast else logits, y,
-                                                 reduction="none")
-        weights = mask.to(per_sample.dtype)
-        data_loss = (per_sample * weights).sum() / weights.sum().clamp(min=1)
-        loss = data_loss
-        if hp.l2 > 0:
-            loss = loss + 0.5 * hp.l2 * sum((p * p).sum() for p in params.values())
-        if hp.prox_mu > 0:
-            loss = loss + 0.5 * hp.prox_mu * sum(
-                ((params[n] - global_params[n]) ** 2).sum() for n in params
-            )
-        return loss, data_loss
-
-    return loss_fn
-
-
 def train_cohort(
     model: nn.Module,
     global_params: torch.Tensor,
     clients: ClientData,
     hparams: TrainHParams,
     seeds: Sequence[int],
+    choice: BackendChoice | None = None,
 ) -> CohortResult:
     """Local SGD on each client of ``clients`` from ``global_params`` (P,).
 
@@ -137,40 +84,53 @@ def train_cohort(
         clients: the cohort's packed data (K clients), on the same device.
         hparams: local epochs, batch size, learning rate, regularisation, backend.
         seeds: one shuffle seed per client (from the run's named streams).
+        choice: ``auto``'s choices so far (a run's, kept over its rounds); None: a
+            fresh one, which measures this cohort.
     """
-    backend = choose_backend(hparams.backend, model, global_params.device, clients.num_clients)
+    backend: str = hparams.backend
     with float32_precision(hparams.precision, global_params.device):
+        if clients.num_clients == 0 or (backend == "auto" and clients.num_clients == 1):
+            backend = "loop"  # nothing to batch, so nothing to measure
+        elif backend == "auto":
+            backend, chunk = (choice or BackendChoice()).pick(
+                clients.num_clients,
+                lambda: _predict(model, global_params, clients, hparams, seeds))
+            hparams = replace(hparams, backend=backend,  # type: ignore[arg-type]
+                              chunk=chunk or clients.num_clients)
         if backend == "loop":
             plan = plan_batches(clients.num_samples, hparams.local_epochs, hparams.batch_size,
-                                seeds)
-            deltas, train_losses = _train_loop(model, global_params, clients, hparams, plan)
+                                seeds, clients.starts)
+            deltas, train_losses = LoopTrainer(model, global_params, clients, hparams, plan).run()
         else:
             deltas, train_losses = _train_chunked(model, global_params, clients, hparams, seeds)
     return CohortResult(deltas, clients.num_samples.copy(), train_losses)
 
 
 def _train_chunked(model, global_params, clients, hp, seeds):  # noqa: ANN001, ANN202
-    """The batched backend over chunks of ``chunk_size`` clients; on a GPU out-of-memory
-    error the chunk is halved and the cohort started again."""
+    """The batched backend over chunks of ``chunk_size`` clients, taken in order of their
+    number of steps (a chunk's clients run about as long) from one plan of the cohort's
+    minibatches; on a GPU out-of-memory error the chunk is halved and the chunk tried
+    again (clients train independently: the chunks do not change an update)."""
     k_total = clients.num_clients
-    chunk = chunk_size(hp, model, global_params.device, k_total)
-    while True:
+    plan = plan_batches(clients.num_samples, hp.local_epochs, hp.batch_size, seeds,
+                        clients.starts)
+    order = np.argsort(-plan.num_steps, kind="stable")
+    deltas = global_params.new_empty(k_total, global_params.numel())
+    losses = np.empty(k_total)
+    chunk, start = chunk_size(hp, global_params, k_total), 0
+    while start < k_total:
+        idx = order[start : start + chunk]
         try:
-            parts = []
-            for start in range(0, k_total, chunk):
-                idx = np.arange(start, min(start + chunk, k_total))
-                part = clients.subset(idx) if chunk < k_total else clients
-                plan = plan_batches(part.num_samples, hp.local_epochs, hp.batch_size,
-                                    [seeds[i] for i in idx])
-                parts.append(_train_batched(model, global_params, part, hp, plan))
-            break
+            part = _Batched(model, global_params, clients, hp, plan.take(idx)).run()
         except torch.OutOfMemoryError:
             if chunk == 1:
                 raise
-            parts.clear()
             chunk = (chunk + 1) // 2
-    deltas = torch.cat([d for d, _ in parts]) if len(parts) > 1 else parts[0][0]
-    return deltas, np.concatenate([losses for _, losses in parts])
+            continue
+        deltas.index_copy_(0, torch.from_numpy(idx).to(deltas.device), part[0])
+        losses[idx] = part[1]
+        start += len(idx)
+    return deltas, losses
 
 
 @contextmanager
@@ -191,138 +151,138 @@ def float32_precision(precision: Precision, device: torch.device) -> Iterator[No
         matmul.fp32_precision, conv.fp32_precision = saved
 
 
-# Clients per batched call for a convolutional model on a CPU when ``chunk`` is 0: the
-# fastest of 10 / 20 / 50 / all at both 1 and 2 threads (bench/train_cohort.py
-# --convnet-grid, 100 FEMNIST clients, quiet 2-core machine, 2026-11-25: 28.0 / 16.8 s a
-# round against the loop's 35.0 / 20.1 s and the whole cohort's 30.6 / 19.3 s).
-CPU_CONV_CHUNK = 20
+# Working memory for one chunk's parameters on a CPU: a chunk of clients whose weights fit
+# in it stays in the caches from one step to the next (an L3 cache is 8-32 MiB).
+CPU_CHUNK_BYTES = 8 * 2**20
 
 
-def choose_backend(backend: Backend, model: nn.Module, device: torch.device,
-                   num_clients: int = 2) -> str:
-    """``auto``: batched for two clients or more, except the GRU on a CPU.
-
-    On a CPU, ``vmap`` turns each convolution into a grouped convolution; in chunks
-    of ``CPU_CONV_CHUNK`` clients that beats the per-client loop (above), while the
-    GRU's vmapped steps were slower than the loop (27.6 vs 22.3 s for 10 Shakespeare
-    roles, bench/train_gru.py). On a GPU the per-client loop is bound by kernel launches.
-    """
-    if backend != "auto":
-        return backend
-    if num_clients < 2:
-        return "loop"
-    gru = any(isinstance(m, CharGRU) for m in model.modules())
-    return "loop" if device.type == "cpu" and gru else "batched"
-
-
-def chunk_size(hp: TrainHParams, model: nn.Module, device: torch.device, num_clients: int
-               ) -> int:
-    """Clients per batched call: ``hp.chunk``, else ``CPU_CONV_CHUNK`` for a convolutional
-    model on a CPU, else the whole cohort."""
+def chunk_size(hp: TrainHParams, global_params: torch.Tensor, num_clients: int) -> int:
+    """Clients per batched call: ``hp.chunk``; else, on a CPU, as many as have their
+    parameters in ``CPU_CHUNK_BYTES`` (at least one); else the whole cohort."""
     if hp.chunk:
         return min(hp.chunk, num_clients)
-    conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    return min(CPU_CONV_CHUNK, num_clients) if device.type == "cpu" and conv else num_clients
+    if global_params.device.type != "cpu":
+        return num_clients
+    client_bytes = global_params.numel() * global_params.element_size()
+    return max(1, min(num_clients, CPU_CHUNK_BYTES // client_bytes))
 
 
-def _train_loop(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202
-    layout = ParamLayout.of(model)
-    loss_fn = _make_loss(model, hp)
-    global_named = layout.unflatten(global_params)
-    x, y = clients.x, clients.y.to(global_params.device)
-    batch_counts = plan.mask.sum(dim=2).numpy()  # (K, S) real samples per minibatch
-    deltas = torch.empty(len(plan.num_steps), layout.numel, dtype=global_params.dtype,
-                         device=global_params.device)
-    train_losses = np.zeros(len(plan.num_steps))
-    for k, steps in enumerate(plan.num_steps.tolist()):
-        flat = global_params.clone().requires_grad_(True)
-        total = 0.0
-        for s in range(steps):
-            rows = plan.rows[k, s, : batch_counts[k, s]].to(global_params.device)
-            ones = torch.ones(len(rows), dtype=torch.bool, device=global_params.device)
-            loss, data_loss = loss_fn(
-                layout.unflatten(flat), x[rows].to(flat.dtype), y[rows], ones, global_named
-            )
-            (g,) = torch.autograd.grad(loss, flat)
-            with torch.no_grad():
-                flat -= hp.lr * g
-            total += data_loss.item()
-        deltas[k] = flat.detach() - global_params
-        train_losses[k] = total / max(steps, 1)
-    return deltas, train_losses
+def _median_seconds(calls: dict[str, tuple[Callable[..., object], tuple[int, ...]]],
+                    device: torch.device, repeats: int = 5) -> dict[str, float]:
+    """The median time of each call over ``repeats`` rounds that take the calls in turn (a
+    slow spell of a busy machine hits them alike), each timed right after an untimed call
+    of itself (its data back in the caches, as in training, where a step follows a step
+    of the same clients). The median, as a round's many steps average what a busy
+    machine does to each, where a least time would favour the call timed fewest times.
+    On a CPU with one torch thread, the thread's CPU seconds (time other processes take
+    from it does not count); else wall seconds (a GPU synchronised before and after)."""
+    one_thread = device.type == "cpu" and torch.get_num_threads() == 1
+    clock = time.thread_time if one_thread else time.perf_counter
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, (run, args) in calls.items():
+            run(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = clock()
+            run(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[name].append(clock() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def _autograd_sgd_step(model: nn.Module, hp: TrainHParams):  # noqa: ANN202
-    """One SGD step of every running client, in place: ``vmap(grad(loss))``."""
-    step_grad = vmap(grad(_make_loss(model, hp), has_aux=True), in_dims=(0, 0, 0, 0, None))
+def _predict(model, global_params, clients, hp, seeds) -> Prediction:  # noqa: ANN001
+    """Seconds each candidate would take to train ``clients``, from timed steps on them:
+    the loop, and the batched backend in chunks of ``chunk_size`` clients and, on a CPU
+    with ``hp.chunk`` unset, of a quarter and of four times as many (at most the cohort):
+    the budget counts parameters only, while a convolution's activations may be what
+    leaves the caches.
 
-    def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
-        g, data_loss = step_grad(params, x, y, mask, global_params)
-        for name, p in params.items():
-            p.sub_(hp.lr * g[name])
-        return data_loss
-
-    return step
-
-
-def _train_batched(model, global_params, clients, hp, plan):  # noqa: ANN001, ANN202
-    layout = ParamLayout.of(model)
-    if isinstance(model, LinearSoftmax) and hp.precision != "bf16":
-        sgd_step = _linear_sgd_step(hp)
-    else:
-        sgd_step = _autograd_sgd_step(model, hp)
-    global_named = layout.unflatten(global_params)
-    device, dtype = global_params.device, global_params.dtype
-    order = np.argsort(-plan.num_steps, kind="stable")  # running clients form a prefix
-    steps_sorted = plan.num_steps[order]
-    rows = plan.rows[torch.from_numpy(order)].to(device)
-    mask = plan.mask[torch.from_numpy(order)].to(device)
-    x, y = clients.x, clients.y.to(device)
-    flat = global_params.expand(len(order), -1).clone()  # (K, P)
-    params = layout.unflatten(flat)  # (K, *shape) views into flat
-    totals = torch.zeros(len(order), dtype=dtype, device=device)
-    for s in range(int(steps_sorted.max(initial=0))):
-        m = int((steps_sorted > s).sum())
-        step_rows = rows[:m, s]  # (m, B)
-        xb = take_rows(x, step_rows.flatten()).to(dtype).view(*step_rows.shape, *x.shape[1:])
-        running = {name: p[:m] for name, p in params.items()}
-        totals[:m] += sgd_step(running, xb, y[step_rows], mask[:m, s], global_named)
-    inverse = torch.from_numpy(np.argsort(order)).to(device)
-    deltas = (flat - global_params)[inverse]
-    train_losses = totals[inverse].cpu().numpy() / np.maximum(plan.num_steps, 1)
-    return deltas, train_losses
+    Batched in chunks of M: a step of M clients and one of a single client give
+    t(m) = t(1) + (m − 1)(t(M) − t(1)) / (M − 1), summed over every step of every chunk
+    with m clients running. Loop: the mean of (up to) three steps of the client with the
+    most, times the clients' total number of steps. On copies: nothing is kept."""
+    k_total = clients.num_clients
+    plan = plan_batches(clients.num_samples, hp.local_epochs, hp.batch_size, seeds,
+                        clients.starts)
+    order = np.argsort(-plan.num_steps, kind="stable")
+    num_steps = plan.num_steps[order]  # as _train_chunked takes them
+    chunk = chunk_size(hp, global_params, k_total)
+    calls: dict[str, tuple[Callable[..., object], tuple[int, ...]]] = {}
+    chunks: dict[str, int] = {}
+    cpu = global_params.device.type == "cpu" and not hp.chunk
+    candidates = {max(1, chunk // 4), chunk, min(4 * chunk, k_total)} if cpu else {chunk}
+    for candidate in sorted(candidates):
+        batched, used = _fitting_chunk(model, global_params, clients, hp, plan, order,
+                                       candidate)
+        name = "batched@all" if used == k_total else f"batched@{used}"
+        chunks[name] = used
+        calls[name] = (batched.step, (0, used))
+        calls[f"{name}, one client"] = (batched.step, (0, 1))
+    n = min(3, int(num_steps[0]))
+    calls["loop"] = (LoopTrainer(model, global_params, clients, hp, plan).client,
+                     (int(order[0]), n))
+    t = _median_seconds(calls, global_params.device)
+    seconds = {"loop": t["loop"] / n * num_steps.sum()}
+    for name, used in chunks.items():
+        t_one = t[f"{name}, one client"]
+        per_client = (t[name] - t_one) / max(used - 1, 1)
+        longest = num_steps[::used].sum()  # the first (longest) client of each chunk
+        seconds[name] = t_one * longest + per_client * (num_steps.sum() - longest)
+    return seconds, batched.kernel
 
 
-def _linear_sgd_step(hp: TrainHParams):  # noqa: ANN202
-    """One SGD step of every running client for :class:`LinearSoftmax`, in place, with the
-    gradient of ``_make_loss`` written out by hand instead of ``vmap(grad(loss))``.
+def _fitting_chunk(model, global_params, clients, hp, plan, order, chunk):  # noqa: ANN001, ANN202
+    """The batched backend on the first ``chunk`` clients of ``order`` after one step of
+    them, and the chunk: halved until that step fits in GPU memory."""
+    while True:
+        try:
+            batched = _Batched(model, global_params, clients, hp, plan.take(order[:chunk]))
+            batched.step(0, chunk)
+            return batched, chunk
+        except torch.OutOfMemoryError:
+            if chunk == 1:
+                raise
+            chunk = (chunk + 1) // 2
 
-    With logits z = x Wᵀ + b, masked weights ω_i = mask_i / max(Σ mask, 1) and
-    G = ω ⊙ (softmax(z) − onehot(y)), the data loss's gradient is (Gᵀx, Σ_i G_i); ℓ2
-    adds l2·W and FedProx μ(W − W_t); a model without a bias has z = x Wᵀ and only W.
-    Tested equal to the autograd loop in float64 (tests/train/test_cohort.py).
-    """
-    decay = hp.l2 + hp.prox_mu
 
-    def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
-        weight, bias = params["fc.weight"], params.get("fc.bias")  # (m, C, D), (m, C)
-        x = x.flatten(start_dim=2)  # (m, B, D)
-        logits = (torch.bmm(x, weight.transpose(1, 2)) if bias is None  # (m, B, C)
-                  else torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)))
-        log_p = torch.log_softmax(logits, dim=2)
-        w = mask.to(x.dtype)
-        w = w / w.sum(dim=1, keepdim=True).clamp(min=1)  # (m, B)
-        nll = -log_p.gather(2, y.unsqueeze(2)).squeeze(2)
-        g = log_p.exp().scatter_add_(2, y.unsqueeze(2), -torch.ones_like(nll).unsqueeze(2))
-        g.mul_(w.unsqueeze(2))  # (m, B, C): d(data loss) / d(logits)
-        # W ← (1 − lr·decay) W − lr Gᵀx + lr μ W_t, the product fused with the decay
-        weight.baddbmm_(g.transpose(1, 2), x, beta=1 - hp.lr * decay, alpha=-hp.lr)
-        if hp.prox_mu > 0:
-            weight.add_(global_params["fc.weight"], alpha=hp.lr * hp.prox_mu)
-        if bias is not None:
-            bias.mul_(1 - hp.lr * decay).sub_(g.sum(dim=1), alpha=hp.lr)
-            if hp.prox_mu > 0:
-                bias.add_(global_params["fc.bias"], alpha=hp.lr * hp.prox_mu)
-        return (nll * w).sum(dim=1)
+class _Batched:
+    """The batched backend on one chunk of clients: a (K, *shape) tensor per parameter,
+    clients sorted by their number of steps (the running ones are a prefix)."""
 
-    return step
+    def __init__(self, model: nn.Module, global_params: torch.Tensor, clients: ClientData,
+                 hp: TrainHParams, plan: BatchPlan) -> None:
+        self.sgd_step, self.kernel = batched_step(model, hp)
+        self.layout, self.global_params = ParamLayout.of(model), global_params
+        self.global_named = self.layout.unflatten(global_params)
+        device, self.dtype = global_params.device, global_params.dtype
+        self.order = np.argsort(-plan.num_steps, kind="stable")
+        self.steps_sorted = plan.num_steps[self.order]
+        self.rows = plan.rows[torch.from_numpy(self.order)].to(device)
+        self.mask = plan.mask[torch.from_numpy(self.order)].to(device)
+        self.x, self.y = clients.x, clients.y.to(device)
+        k_total = len(self.order)
+        self.params = {n: p.expand(k_total, *p.shape).clone()
+                       for n, p in self.global_named.items()}
+        self.totals = torch.zeros(k_total, dtype=self.dtype, device=device)
+
+    def step(self, s: int, m: int) -> None:
+        """Step ``s`` of the first ``m`` clients (in sorted order), in place."""
+        step_rows = self.rows[:m, s]  # (m, B)
+        xb = as_inputs(take_rows(self.x, step_rows.flatten()), self.dtype)
+        xb = xb.view(*step_rows.shape, *self.x.shape[1:])
+        running = {name: p[:m] for name, p in self.params.items()}
+        self.totals[:m] += self.sgd_step(running, xb, self.y[step_rows], self.mask[:m, s],
+                                         self.global_named)
+
+    def run(self) -> tuple[torch.Tensor, np.ndarray]:
+        """Every client's delta (K, P) and mean minibatch loss (K,), in the given order."""
+        for s in range(int(self.steps_sorted.max(initial=0))):
+            self.step(s, int((self.steps_sorted > s).sum()))
+        deltas = self.layout.flatten(self.params, lead_dims=1).sub_(self.global_params)
+        losses = self.totals.cpu().numpy() / np.maximum(self.steps_sorted, 1)
+        if np.any(self.order != np.arange(len(self.order))):  # back to the given order
+            inverse = np.argsort(self.order)
+            deltas, losses = deltas[torch.from_numpy(inverse).to(deltas.device)], losses[inverse]
+        return deltas, losses

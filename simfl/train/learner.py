@@ -160,9 +160,9 @@ class Learner:
         clients; (K,) mean training losses, NaN for a NaN/Inf update (never aggregated)."""
         if len(client_idx) == 0:
             return np.zeros(0)
-        deltas, train_losses = self.work.train(self.model.params, round_idx, client_idx,
-                                               self.aggregator.prox_mu)
-        self.model.updates.put(round_idx, deltas)
+        deltas, finite, train_losses = self.work.train(self.model.params, round_idx, client_idx,
+                                                       self.aggregator.prox_mu)
+        self.model.updates.put(round_idx, client_idx, deltas, finite)
         return train_losses
 
     def aggregate(self, client_idx: np.ndarray, losses: np.ndarray) -> None:
@@ -224,9 +224,9 @@ class AsyncLearner(Learner):
         training losses (NaN: a NaN/Inf update) and (K,) F_k(w_version), the loss reports a
         rule needs (NaN when it needs none). The updates wait in the store."""
         params = self.model.params_of(version)
-        deltas, train_losses = self.work.train(params, version, client_idx,
-                                               self.aggregator.prox_mu)
-        self.model.updates.put(version, deltas)
+        deltas, finite, train_losses = self.work.train(params, version, client_idx,
+                                                       self.aggregator.prox_mu)
+        self.model.updates.put(version, client_idx, deltas, finite)
         start_losses = np.full(len(client_idx), np.nan)
         if self.needs_losses:
             start_losses = self.work.losses(params, client_idx)

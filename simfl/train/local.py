@@ -3,13 +3,15 @@
 :class:`LocalWork` holds what a run wires into the numerics (model, data, training
 and evaluation settings, random streams) and computes, for a group of clients that
 start from the same parameters, their updates (one ``train_cohort`` call) or their
-losses (one ``evaluate_cohort`` call). It keeps no state over rounds.
+losses (one ``evaluate_cohort`` call). Its only state over rounds is ``backends``:
+which training backend ``train.backend = "auto"`` measured fastest for each cohort size
+(simfl.train.choose), which a run records in its manifest and a resume takes back.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -19,7 +21,9 @@ from simfl.data.packed import Clients, FederatedData
 from simfl.rng import Streams
 from simfl.scenario import TrainConfig
 from simfl.train.batched import TrainHParams, train_cohort
+from simfl.train.choose import BackendChoice
 from simfl.train.evaluate import CohortEval, evaluate_cohort
+from simfl.train.updates import finite_rows
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,7 @@ class LocalWork:
     eval_batch_size: int
     streams: Streams
     class_major: bool = False  # the losses' log-softmax over classes (EvalConfig.class_major)
+    backends: BackendChoice = field(default_factory=BackendChoice)  # auto's choices
 
     def lr(self, round_idx: int) -> float:
         """The local learning rate of round (sync) or model version (async) ``round_idx``."""
@@ -41,11 +46,13 @@ class LocalWork:
         return cfg.lr * cfg.lr_decay_factor**decays
 
     def train(self, params: torch.Tensor, round_idx: int, client_idx: np.ndarray,
-              prox_mu: float) -> tuple[dict[int, torch.Tensor], np.ndarray]:
-        """Local training of the given training clients from ``params`` in one batched call,
-        with round ``round_idx``'s lr and shuffle seeds: the finite deltas (P,) by client,
-        and (K,) mean training losses, NaN for a client whose update has NaN/Inf values
-        (dropped and logged: the server marks it "nonfinite" and never aggregates it)."""
+              prox_mu: float) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        """Local training of the given training clients from ``params`` in one batched call
+        on their samples read in place (``Clients.cohort``), with round ``round_idx``'s lr
+        and shuffle seeds: the (K, P) deltas in ``client_idx``'s order, (K,) whether each
+        is finite (one row-sum pass: simfl.train.updates.finite_rows), and (K,) mean
+        training losses, NaN for a client whose update has NaN/Inf values (dropped and
+        logged: the server marks it "nonfinite" and never aggregates it)."""
         hparams = TrainHParams(
             local_epochs=self.train_cfg.local_epochs,
             batch_size=self.train_cfg.batch_size,
@@ -56,14 +63,13 @@ class LocalWork:
             precision=self.train_cfg.precision,
         )
         seeds = [self.streams.seed("shuffle", round_idx, int(k)) for k in client_idx]
-        result = train_cohort(self.model, params, self.data.train.subset(client_idx), hparams,
-                              seeds)
-        finite = torch.isfinite(result.deltas).all(dim=1).cpu().numpy()  # (K,)
+        result = train_cohort(self.model, params, self.data.train.cohort(client_idx), hparams,
+                              seeds, self.backends)
+        finite = finite_rows(result.deltas)
         for k in client_idx[~finite]:
             log.warning("round %d: dropped the update of client %s (NaN/Inf values)",
                         round_idx, self.data.train.client_ids[k])
-        deltas = {int(k): result.deltas[i] for i, k in enumerate(client_idx) if finite[i]}
-        return deltas, np.where(finite, result.train_losses, np.nan)
+        return result.deltas, finite, np.where(finite, result.train_losses, np.nan)
 
     def losses(self, params: torch.Tensor, client_idx: np.ndarray | None = None) -> np.ndarray:
         """(K,) F_k(params) of the given training clients on their training data (None:

@@ -83,7 +83,8 @@ checkpoint_every = 2
 mode = "diurnal"
 horizon_s = 86400.0
 """
-VOLATILE = {"started_at", "wall_s", "resumes", "peak_rss_mb"}  # machine facts, in the manifest only
+VOLATILE = {"started_at", "wall_s", "resumes", "peak_rss_mb",
+            "train_backend"}  # machine facts (auto's measured choice), in the manifest only
 
 # Run the CLI in a child that SIGKILLs itself: "train R" just before round R trains;
 # "commit N" while writing checkpoint N, after its parts and journal, before its state;

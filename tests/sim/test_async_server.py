@@ -238,14 +238,14 @@ def test_results_do_not_depend_on_how_clients_are_grouped() -> None:
 def test_aggregate_buffer_weights_by_samples_and_scales_from_kept_versions() -> None:
     learner = real_learner(3)
     w0 = learner.model.params.clone()
-    d1, d2 = learner.work.train(w0, 0, np.array([1, 2]), 0.0)[0].values()
+    d1, d2 = learner.work.train(w0, 0, np.array([1, 2]), 0.0)[0]
     learner.train_from(0, np.array([1, 2]))
     nan = np.array([np.nan])
     learner.aggregate_buffer(np.array([1]), np.array([0]), nan, np.array([1.0]))
     assert learner.model.version == 1
     torch.testing.assert_close(learner.model.params, w0 + d1)
     w1 = learner.model.params
-    (d4,) = learner.work.train(w1, 1, np.array([4]), 0.0)[0].values()
+    (d4,) = learner.work.train(w1, 1, np.array([4]), 0.0)[0]
     learner.train_from(1, np.array([4]))  # from v1, while v0's update of client 2 waits
     n2, n4 = learner.num_samples(np.array([2, 4])).astype(float)
     learner.aggregate_buffer(np.array([2, 4]), np.array([0, 1]), np.r_[nan, nan],
@@ -264,7 +264,7 @@ def test_fedbuff_step_is_the_rules_combine_with_scaled_weights() -> None:
     w0, clients = learner.model.params.clone(), np.array([1, 2, 6])
     _, losses = learner.train_from(0, clients)
     np.testing.assert_allclose(losses, learner.report_losses(clients))  # F_k(w_0)
-    deltas = list(learner.work.train(w0, 0, clients, 0.0)[0].values())
+    deltas = list(learner.work.train(w0, 0, clients, 0.0)[0])
     scales = np.array([1.0, 0.5, 0.25])
     learner.aggregate_buffer(clients, np.zeros(3, np.int64), losses, scales)
     pi = learner.num_samples(clients) * np.exp(tilt * (losses - losses.max()))
@@ -311,10 +311,6 @@ def test_rules_async_mode_cannot_run_are_refused_with_the_reason(rule: str) -> N
 
 
 @pytest.mark.parametrize("table, key", [
-    ({"server": {"concurrency": 4}}, "server.concurrency"),
-    ({"server": {"server_lr": 0.5}}, "server.server_lr"),
-    ({"server": {"mode": "async", "deadline_s": 60.0}}, "server.deadline_s"),
-    ({"server": {"mode": "async", "over_selection": 0.3}}, "server.over_selection"),
     ({"server": {"mode": "async", "staleness_b": 2.0}}, "server.staleness_b"),
     ({"server": {"mode": "async", "staleness_a": 2.0}}, "server.staleness_a"),
     ({"server": {"mode": "async", "max_staleness": -2}}, "server.max_staleness"),
@@ -322,7 +318,8 @@ def test_rules_async_mode_cannot_run_are_refused_with_the_reason(rule: str) -> N
     ({"server": {"mode": "async"}, "aggregator": {"name": "deltafl"},
       "estimator": {"name": "secure_mm"}}, "estimator.name"),
 ])
-def test_keys_of_the_other_mode_are_rejected(table: dict[str, object], key: str) -> None:
+def test_keys_async_mode_cannot_use_are_rejected(table: dict[str, object], key: str) -> None:
+    """(The other mode's keys are noted, not refused: tests/test_async_switch.py.)"""
     from simfl.errors import InputError
     from simfl.scenario import from_dict
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 
 import numpy as np
@@ -12,7 +13,43 @@ from simfl.population.devices import build_devices
 from simfl.population.network import NetworkPaths, build_topology, network_paths
 from simfl.rng import Streams
 from simfl.scenario import NetworkConfig, PopulationConfig, Region
-from simfl.sim.links import LinkSharing, max_min_rates
+from simfl.sim.links import LinkSharing
+
+
+def max_min_rates(caps: np.ndarray, member: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """The reference: max-min fair rates by progressive filling over every transfer and
+    link at once (what simfl.sim.links recomputed at every start and end before its
+    rates were kept by path level).
+
+    Args:
+        caps: (K,) each transfer's own limit (its access link), > 0.
+        member: (K, S) bool, transfer k crosses shared link s.
+        capacity: (S,) shared link capacities, > 0.
+
+    Returns:
+        (K,) rates. All transfers not yet frozen share one level; the next event is
+        either the smallest cap (those transfers freeze at their caps) or the first link
+        to saturate (its transfers freeze at the level).
+    """
+    rates = np.zeros(caps.shape[0])
+    frozen = np.zeros(caps.shape[0], dtype=bool)
+    remaining = capacity.astype(float).copy()
+    while not frozen.all():
+        count = member[~frozen].sum(axis=0)
+        level = np.full(remaining.shape, np.inf)
+        np.divide(np.maximum(remaining, 0.0), count, out=level, where=count > 0)
+        fill = float(level.min()) if level.size else math.inf
+        capped = ~frozen & (caps <= fill)
+        if capped.any():
+            rates[capped] = caps[capped]
+            frozen |= capped
+            remaining -= np.where(member[capped], caps[capped][:, None], 0.0).sum(axis=0)
+            continue
+        saturated = ~frozen & member[:, int(np.argmin(level))]
+        rates[saturated] = fill
+        frozen |= saturated
+        remaining -= fill * member[saturated].sum(axis=0)
+    return rates
 
 
 def make_paths(caps_up: list[float], region_of: list[int], link_capacity: list[float],

@@ -10,9 +10,8 @@ import torch
 
 from simfl.data.packed import ClientData
 from simfl.train.batched import (
-    CPU_CONV_CHUNK,
+    CPU_CHUNK_BYTES,
     TrainHParams,
-    choose_backend,
     chunk_size,
     float32_precision,
     plan_batches,
@@ -122,29 +121,18 @@ def test_shuffle_seeds_change_the_result() -> None:
     assert not torch.equal(one, train_cohort(model, params, data, hp, [2]).deltas)
 
 
-def test_auto_backend_choice() -> None:
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    conv, linear = build_model("convnet", (1, 28, 28), 62), build_model("linear", (4,), 3)
-    assert choose_backend("auto", conv, cpu) == "batched"
-    assert choose_backend("auto", linear, cpu) == "batched"
-    assert choose_backend("auto", conv, cuda) == "batched"
-    assert choose_backend("loop", linear, cpu) == "loop"
-    assert choose_backend("auto", conv, cuda, num_clients=1) == "loop"
-    assert choose_backend("auto", conv, cuda, num_clients=1000) == "batched"
-    gru = build_model("gru", (20,), 53)
-    assert choose_backend("auto", gru, cpu) == "loop"
-    assert choose_backend("auto", gru, cuda) == "batched"
-
-
-def test_chunk_size_is_the_measured_cpu_chunk_for_convolutions_only() -> None:
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    conv, linear = build_model("convnet", (1, 28, 28), 62), build_model("linear", (4,), 3)
+def test_chunk_size_keeps_a_chunks_parameters_in_the_cpu_budget() -> None:
+    """On a CPU, as many clients as have their parameters in CPU_CHUNK_BYTES (at least
+    one, at most the cohort); on a GPU the whole cohort; ``chunk`` overrides both."""
     hp = TrainHParams(1, 16, 0.1)
-    assert chunk_size(hp, conv, cpu, 100) == CPU_CONV_CHUNK == 20
-    assert chunk_size(hp, conv, cpu, 7) == 7
-    assert chunk_size(hp, linear, cpu, 100) == 100
-    assert chunk_size(hp, conv, cuda, 100) == 100
-    assert chunk_size(dataclasses.replace(hp, chunk=5), conv, cuda, 100) == 5
+    conv = initial_params(build_model("convnet", (1, 28, 28), 62), 0, torch.float32)
+    assert chunk_size(hp, conv, 100) == CPU_CHUNK_BYTES // (115_646 * 4) == 18
+    assert chunk_size(hp, conv.double(), 100) == 9
+    assert chunk_size(hp, conv, 7) == 7
+    assert chunk_size(hp, torch.zeros(3 * CPU_CHUNK_BYTES // 4), 100) == 1
+    assert chunk_size(hp, conv.to("meta"), 100) == 100  # not a CPU
+    assert chunk_size(dataclasses.replace(hp, chunk=5), conv.to("meta"), 100) == 5
+    assert chunk_size(dataclasses.replace(hp, chunk=5), conv, 3) == 3
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -220,3 +208,12 @@ def test_gru_is_pytorchs_gru_on_one_hot_inputs() -> None:
     x = torch.randint(0, 7, (5, 9), generator=torch.Generator().manual_seed(0))
     _, h = reference(torch.nn.functional.one_hot(x, 7).double())
     torch.testing.assert_close(model(x.double()), model.fc(h[0]), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["auto", "batched", "loop"])
+def test_an_empty_cohort_trains_nothing(backend: str) -> None:
+    data = make_cohort([3, 4], (5,), num_classes=3).subset(np.zeros(0, dtype=np.int64))
+    model = build_model("linear", (5,), 3)
+    params = initial_params(model, seed=0, dtype=torch.float64)
+    result = train_cohort(model, params, data, TrainHParams(1, 4, 0.1, backend=backend), [])
+    assert result.deltas.shape == (0, 18) and result.train_losses.shape == (0,)

@@ -1,0 +1,76 @@
+"""The loop backend: one client after the other, as one would write it by hand.
+
+Each client trains a copy of the module: its parameters loaded from the flat global
+vector once, ordinary autograd on the module, the SGD step in place on its
+parameters (w ← (1 − lr (l2 + μ)) w − lr ∇CE + lr μ w_t, the objective of
+simfl.train.batched), the result read back once. It is the reference the batched
+kernels are tested against, and what ``auto`` picks where it is faster.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional
+
+from simfl.data.packed import ClientData
+from simfl.train.models import ParamLayout
+from simfl.train.plan import BatchPlan, TrainHParams
+from simfl.train.steps import as_inputs, autocast
+
+
+class LoopTrainer:
+    """The loop backend: each client trains a copy of the module, its parameters loaded
+    from the flat global vector once and read back once."""
+
+    def __init__(self, model: nn.Module, global_params: torch.Tensor, clients: ClientData,
+                 hp: TrainHParams, plan: BatchPlan) -> None:
+        device, self.dtype = global_params.device, global_params.dtype
+        self.module = copy.deepcopy(model).to(device=device, dtype=self.dtype)
+        self.layout = ParamLayout.of(model)
+        named = dict(self.module.named_parameters())
+        self.params = [named[n].requires_grad_(True) for n in self.layout.names]
+        self.start = list(self.layout.unflatten(global_params).values())
+        self.global_params, self.hp, self.plan = global_params, hp, plan
+        self.x, self.y = clients.x, clients.y.to(device)
+        self.counts = plan.mask.sum(dim=2).tolist()  # (K, S) real samples per minibatch
+
+    def client(self, k: int, steps: int) -> torch.Tensor:
+        """Client ``k``'s first ``steps`` steps from the global model: the sum of their
+        minibatch losses; its parameters are left in the module's."""
+        hp, decay = self.hp, self.hp.l2 + self.hp.prox_mu
+        with torch.no_grad():
+            for p, start in zip(self.params, self.start, strict=True):
+                p.copy_(start)
+        total = torch.zeros((), dtype=self.dtype, device=self.global_params.device)
+        for s in range(steps):
+            rows = self.plan.rows[k, s, : self.counts[k][s]].to(self.y.device)
+            with autocast(hp, self.y.device):
+                logits = self.module(as_inputs(self.x[rows], self.dtype))
+            loss = functional.cross_entropy(logits.float() if hp.precision == "bf16"
+                                            else logits, self.y[rows])
+            grads = torch.autograd.grad(loss, self.params)
+            with torch.no_grad():
+                for p, g, start in zip(self.params, grads, self.start, strict=True):
+                    if decay:  # w ← (1 − lr·decay) w − lr g + lr μ w_t
+                        p.mul_(1 - hp.lr * decay)
+                    p.sub_(g, alpha=hp.lr)
+                    if hp.prox_mu:
+                        p.add_(start, alpha=hp.lr * hp.prox_mu)
+            total += loss.detach()
+        return total
+
+    def run(self) -> tuple[torch.Tensor, np.ndarray]:
+        """Every client's delta (K, P) and mean minibatch loss (K,)."""
+        num_steps = self.plan.num_steps.tolist()
+        deltas = self.global_params.new_empty(len(num_steps), self.layout.numel)
+        totals = self.global_params.new_zeros(len(num_steps))
+        for k, steps in enumerate(num_steps):
+            totals[k] = self.client(k, steps)
+            with torch.no_grad():
+                torch.cat([p.flatten() for p in self.params], out=deltas[k])
+        deltas -= self.global_params
+        return deltas, totals.cpu().numpy() / np.maximum(self.plan.num_steps, 1)
