@@ -36,8 +36,9 @@ def test_view_reads_the_same_samples_without_copying() -> None:
     assert data.cohort(PICK).x is data.x
 
 
-@pytest.mark.parametrize("backend, chunk", [("loop", 0), ("batched", 0), ("batched", 4),
-                                            ("auto", 0)])
+# (not "auto": it picks loop or batched by timing, so two calls may pick differently;
+# each of the two is covered here)
+@pytest.mark.parametrize("backend, chunk", [("loop", 0), ("batched", 0), ("batched", 4)])
 @pytest.mark.parametrize("model_name, shape", [("linear", (1, 6, 6)), ("convnet", (1, 28, 28))])
 def test_a_cohort_read_in_place_trains_to_the_same_bits(backend: str, chunk: int,
                                                         model_name: str,
