@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 RUNS = Path(__file__).parent.parent / "docs" / "runs"
-BUDGET_MIB = 200.0  # 195.4 MiB kept when the budget was set
+# 195.4 MiB kept when the budget was set at 200; raised to 210 for the drive on the
+# heavy-tailed phones (docs/drive.md: 40 lean runs and the theory check's inputs, about
+# 4 MiB when complete) and the estimators' sweep on the same population (about 1 MiB)
+BUDGET_MIB = 210.0
 RUN_BUDGET_MIB = 1.5  # the largest kept run folder: 1.27 MiB (a paper run's whole eval)
 
 
