@@ -17,9 +17,24 @@ through :func:`run_command`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from simfl.errors import InputError
+from simfl.rundir import MANIFEST
+
+
+def run_folders(folders: Iterable[Path]) -> list[Path]:
+    """The run folders named: each of ``folders`` is a run folder (it holds a manifest)
+    or a folder of them (a sweep's, kept or not), taken in name order. InputError for a
+    folder that does not exist."""
+    runs: list[Path] = []
+    for folder in folders:
+        if not folder.is_dir():
+            raise InputError(f"{folder}: no such folder")
+        runs += [folder] if (folder / MANIFEST).is_file() else sorted(
+            d for d in folder.iterdir() if (d / MANIFEST).is_file())
+    return runs
 
 
 def run_command(work: Callable[[], None]) -> int:

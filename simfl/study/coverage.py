@@ -30,8 +30,7 @@ from scipy import stats
 
 from simfl.errors import InputError
 from simfl.records import read_table, table_exists
-from simfl.rundir import MANIFEST
-from simfl.study import run_command
+from simfl.study import run_command, run_folders
 
 
 def read_bias(folders: Iterable[Path]) -> pl.DataFrame:
@@ -40,19 +39,14 @@ def read_bias(folders: Iterable[Path]) -> pl.DataFrame:
     InputError for a folder that is none, or when no run has a bias round."""
     folders = list(folders)
     parts = []
-    for folder in folders:
-        if not folder.is_dir():
-            raise InputError(f"{folder}: no such folder")
-        runs = [folder] if (folder / MANIFEST).is_file() else sorted(
-            d for d in folder.iterdir() if (d / MANIFEST).is_file())
-        for run in (r for r in runs if table_exists(r, "bias")):
-            bias = read_table(run, "bias")
-            missing = [pl.lit(None, pl.Float64).alias(c) for c in ("ci_low", "ci_high")
-                       if c not in bias.columns]
-            parts.append(bias.with_columns(*missing).select(
-                "estimator", "round", "oracle_quantile", "ci_low", "ci_high")
-                .filter(pl.col("oracle_quantile").is_not_null())
-                .with_columns(run=pl.lit(str(run))))
+    for run in (r for r in run_folders(folders) if table_exists(r, "bias")):
+        bias = read_table(run, "bias")
+        missing = [pl.lit(None, pl.Float64).alias(c) for c in ("ci_low", "ci_high")
+                   if c not in bias.columns]
+        parts.append(bias.with_columns(*missing).select(
+            "estimator", "round", "oracle_quantile", "ci_low", "ci_high")
+            .filter(pl.col("oracle_quantile").is_not_null())
+            .with_columns(run=pl.lit(str(run))))
     rows = pl.concat(parts) if parts else pl.DataFrame()
     if rows.is_empty():
         raise InputError(f"no bias round (estimator.bias_every > 0) in any run in "

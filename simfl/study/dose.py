@@ -26,7 +26,7 @@ import polars as pl
 from simfl.errors import InputError
 from simfl.rng import Streams
 from simfl.rundir import MANIFEST
-from simfl.study import run_command
+from simfl.study import run_command, run_folders
 from simfl.study.intervals import Difference, paired
 
 OUTCOMES = ("test_p90", "test_mean", "kept_share")
@@ -70,13 +70,8 @@ def run_row(run_dir: Path) -> dict[str, object] | None:
 
 def read_runs(folders: Iterable[Path]) -> pl.DataFrame:
     """Every finished run in ``folders`` (each a run folder or a folder of them)."""
-    rows = []
-    for folder in folders:
-        if not folder.is_dir():
-            raise InputError(f"{folder}: no such folder")
-        dirs = [folder] if (folder / MANIFEST).is_file() else sorted(
-            d for d in folder.iterdir() if (d / MANIFEST).is_file())
-        rows += [row for d in dirs if (row := run_row(d)) is not None]
+    folders = list(folders)
+    rows = [row for d in run_folders(folders) if (row := run_row(d)) is not None]
     if not rows:
         raise InputError(f"no finished run in {', '.join(map(str, folders))}")
     return pl.DataFrame(rows)

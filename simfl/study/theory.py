@@ -52,7 +52,7 @@ import polars as pl
 from simfl.errors import InputError
 from simfl.quantile import weighted_quantile
 from simfl.rundir import MANIFEST
-from simfl.study import run_command
+from simfl.study import run_command, run_folders
 
 
 def weighted_density(values: np.ndarray, weights: np.ndarray, at: float) -> float:
@@ -204,9 +204,7 @@ def by_lag(folders: list[Path], window: tuple[int, int] | None) -> pl.DataFrame:
     """Every bias round's point of every run, grouped by the age of the losses it used
     (evaluation round − bias round): how the prediction's error grows with that age."""
     points = [run_points(run, window).with_columns(run=pl.lit(run.name))
-              for folder in folders
-              for run in ([folder] if (folder / MANIFEST).is_file() else sorted(
-                  d for d in folder.iterdir() if (d / MANIFEST).is_file()))]
+              for run in run_folders(folders)]
     table = pl.concat([p for p in points if len(p)])
     return (table.with_columns(lag=pl.col("loss_round") - pl.col("round"),
                                error=pl.col("measured") - pl.col("predicted"))
@@ -227,17 +225,14 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 def runs_table(folders: list[Path], window: tuple[int, int] | None) -> pl.DataFrame:
     rows = []
-    for folder in folders:
-        runs = [folder] if (folder / MANIFEST).is_file() else sorted(
-            d for d in folder.iterdir() if (d / MANIFEST).is_file())
-        for run in runs:
-            points = run_points(run, window)
-            if len(points):
-                lag = (points["loss_round"] - points["round"]).to_numpy()
-                rows.append({"run": f"{run.parent.name}/{run.name}", "rounds": len(points),
-                             "lag": int(lag.max()),
-                             "predicted": float(points["predicted"].to_numpy().mean()),
-                             "measured": float(points["measured"].to_numpy().mean())})
+    for run in run_folders(folders):
+        points = run_points(run, window)
+        if len(points):
+            lag = (points["loss_round"] - points["round"]).to_numpy()
+            rows.append({"run": f"{run.parent.name}/{run.name}", "rounds": len(points),
+                         "lag": int(lag.max()),
+                         "predicted": float(points["predicted"].to_numpy().mean()),
+                         "measured": float(points["measured"].to_numpy().mean())})
     if not rows:
         raise InputError(f"{[str(f) for f in folders]}: no complete run with eval.parquet, "
                          f"devices.parquet and cohort_exact's availability term")
@@ -263,11 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             first, _, last = args.window.partition(":")
             window = (int(first), int(last))
         if args.keep:
-            for folder in args.folders:
-                for run in ([folder] if (folder / MANIFEST).is_file() else sorted(
-                        d for d in folder.iterdir() if (d / MANIFEST).is_file())):
-                    if json.loads((run / MANIFEST).read_text()).get("status") == "complete":
-                        print(f"kept {keep(run, args.keep)}")
+            for run in run_folders(args.folders):
+                if json.loads((run / MANIFEST).read_text()).get("status") == "complete":
+                    print(f"kept {keep(run, args.keep)}")
             return
         if args.by_lag:
             with pl.Config(tbl_rows=-1, float_precision=4, tbl_hide_dataframe_shape=True):
