@@ -369,6 +369,13 @@ REGISTRIES = {r.point: r for r in (AGGREGATORS, MODELS, DATASETS, ESTIMATORS, AV
 register_aggregator = AGGREGATORS.register
 
 
+def registered_filters_by_threshold(rule: str) -> bool:
+    """:func:`filters_by_threshold` for a name registered in this process, False for any
+    other: for readers of a run (plots, study tables), which import nothing it names."""
+    known = AGGREGATORS.table.get(rule)
+    return known is not None and known.filters_by_threshold
+
+
 def filters_by_threshold(rule: str, source: str = "<scenario>") -> bool:
     """Whether the aggregation rule named ``rule`` trains the reporters at or above the
     estimator panel's threshold (Δ-FL's filter; :class:`Plugin`): what makes a run build

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
 from simfl.plots import new_axes, save_figure
-from simfl.plugins import AGGREGATORS
+from simfl.plugins import registered_filters_by_threshold
 from simfl.records import read_table, table_exists
 from simfl.rundir import FIGURE_FORMATS, PLOTS_DIR, manifest_or_empty
 from simfl.tables import error_by_round, tail_vs_bytes
@@ -78,10 +78,7 @@ def run_label(run_dir: Path) -> str:
     except (KeyError, TypeError):
         return run_dir.name
     theta = agg.get("theta")
-    # θ where the rule filters by a threshold: a name registered in this process (its
-    # table, never an import of what the run names)
-    known = AGGREGATORS.table.get(name)
-    filters = known is not None and known.filters_by_threshold
+    filters = registered_filters_by_threshold(name)  # θ where the rule filters by it
     return f"{name} θ={theta:g}" if filters and theta is not None else name
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from simfl.errors import InputError
-from simfl.plugins import AGGREGATORS
+from simfl.plugins import registered_filters_by_threshold
 from simfl.rundir import MANIFEST
 from simfl.study import run_command
 from simfl.study.dose import BURN_IN, POINT
@@ -53,8 +53,7 @@ def run_row(run_dir: Path) -> dict[str, object] | None:
         return None
     scenario = manifest["scenario"]
     rule = scenario["aggregator"]["name"]
-    known = AGGREGATORS.table.get(rule)  # this process's table: nothing the run names runs
-    name = scenario["estimator"]["name"] if known and known.filters_by_threshold else rule
+    name = scenario["estimator"]["name"] if registered_filters_by_threshold(rule) else rule
     arm = next((a for a, n in ARMS.items() if n == name), name)
     bias = _bias_rows(run_dir, scenario["server"]["num_rounds"])
     driver = bias.filter(pl.col("driver")) if len(bias) else bias
