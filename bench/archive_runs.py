@@ -13,16 +13,20 @@ versions, wall time, summary), ``eval.parquet`` cut to the final evaluation roun
 row per device and split), ``eval_rounds.parquet``, every evaluation round's mean and
 90th-percentile error per split (``simfl.plots.runs.error_by_round``: how far the final
 read moves from one evaluation to the next), and, whole, the small tables
-``rounds.parquet``, ``bias.parquet`` and ``devices.parquet`` (where the run wrote one),
-and ``comm_by_round.parquet``, the run's messages summed by round, direction and kind
-(columns ``round``, ``direction``, ``kind``, ``messages``, ``bytes``: each kind's
-traffic, the threshold protocol's too, without a row per message): tens of KB per run.
+``rounds.parquet`` and ``bias.parquet``, ``devices.parquet`` (where the run wrote one)
+with only the columns a page reads of a kept run (``simfl.study.theory.DEVICE_COLUMNS``
+and ``split``: the oracle rates and weights of docs/theory.md's check; the ids,
+propensities, speeds, links, sessions and covariates, about three quarters of the file,
+are left out), and ``comm_by_round.parquet``, the run's messages summed by round,
+direction and kind (columns ``round``, ``direction``, ``kind``, ``messages``, ``bytes``:
+each kind's traffic, the threshold protocol's too, without a row per message): tens of
+KB per run.
 ``--whole-eval`` keeps ``eval.parquet`` whole instead, every evaluation round (for a
 small population whose study figures read every evaluation, e.g. the drivers study's p90
 against cumulative bytes). ``--lean`` keeps neither ``eval.parquet`` nor ``devices.parquet``
 (a row per device: about 5 MB per run at 10⁵ devices, 50 MB at 10⁶) and the rest as
 above; ``collect`` then gathers no ``eval.parquet`` for that sweep and says so. That
-directory has the layout of a run directory, so ``bench/paper_table.py`` (which looks
+directory has the layout of a run directory, so ``python -m simfl.study.paper_table`` (which looks
 in ``docs/runs`` after ``results``), ``python -m simfl sweep --archived docs/runs`` and
 ``python -m simfl tune --archived docs/runs`` (skip what is archived) and ``python -m
 simfl collect --results docs/runs`` read it as a run. A run archived before is left as
@@ -63,12 +67,14 @@ from simfl.rundir import (
     written_by_tune,
 )
 from simfl.runs.sweep import Sweep, SweepRun, is_complete, load_sweep, load_tuning
+from simfl.study.theory import DEVICE_COLUMNS
 from simfl.tables import error_by_round, sent
 
 SUMMARY_KEYS = ("mean", "p90")
-# small tables, kept whole (devices.parquet: runs from 2026-11-28 on write it)
-WHOLE = ("rounds", "bias", "devices")
-TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE)  # what a run's archive holds
+WHOLE = ("rounds", "bias")  # small tables, kept whole
+# devices.parquet (runs from 2026-11-28 on write it): only what simfl.study.theory reads
+KEPT_DEVICE_COLUMNS = (*DEVICE_COLUMNS, "split")
+TABLES = ("eval", "eval_rounds", "comm_by_round", *WHOLE, "devices")  # a run's archive
 PER_DEVICE = ("eval", "devices")  # what --lean leaves out
 # what the study tools keep beside an archived run (simfl.study.theory, .exposure --keep)
 STUDY_KEPT = ("theory.parquet", "exposure.parquet")
@@ -179,8 +185,11 @@ def archive(plan: Plan, whole_eval: bool = False, lean: bool = False) -> None:
                       pl.col("round") == evals["round"].max()),
                   "eval_rounds": error_by_round(evals),
                   "comm_by_round": comm_by_round(pl.read_parquet(run.run_dir / "comm.parquet")),
-                  **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in WHOLE
+                  **{t: pl.read_parquet(run.run_dir / f"{t}.parquet") for t in (*WHOLE, "devices")
                      if (run.run_dir / f"{t}.parquet").is_file()}}
+        if "devices" in tables:
+            tables["devices"] = tables["devices"].select(
+                c for c in tables["devices"].columns if c in KEPT_DEVICE_COLUMNS)
         for table in PER_DEVICE if lean else ():
             tables.pop(table, None)
             (dest / f"{table}.parquet").unlink(missing_ok=True)  # an earlier archive's
