@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 DEMO    := scenarios/demo_synthetic.toml
 
-.PHONY: run test test-fast bench clean
+.PHONY: run test test-fast bench docs-tables clean
 
 $(BIN)/simfl-installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,7 @@ run: $(BIN)/simfl-installed
 	$(BIN)/python -m simfl $(DEMO) --set aggregator.name=fedavg \
 		--out results/demo_synthetic_fedavg --overwrite --quiet
 	$(BIN)/python -m simfl plot results/demo_synthetic results/demo_synthetic_fedavg \
-		--compare results/demo_synthetic_vs_fedavg.png --overwrite
+		--compare results/demo_synthetic_vs_fedavg.png --overwrite --all
 
 # Tests run in one process per core (pytest-xdist; TEST_WORKERS=0: in this one), a test
 # file's tests in the same process (its module fixtures are built once), the files handed
@@ -45,6 +45,13 @@ test-fast: $(BIN)/simfl-installed
 
 bench: $(BIN)/simfl-installed
 	$(BIN)/python bench/train_cohort.py
+
+# Every table the docs' study commands print (python -m simfl.study.<tool> ...), made again
+# from the runs kept in docs/runs, one file per command in DOCS_TABLES with index.md naming
+# each command (simfl/study/docs_tables.py; SIMFL_DATA_DIR set for the one that needs data).
+DOCS_TABLES ?= build/docs-tables
+docs-tables: $(BIN)/simfl-installed
+	OMP_NUM_THREADS=1 $(BIN)/python -m simfl.study.docs_tables --out $(DOCS_TABLES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

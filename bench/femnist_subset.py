@@ -5,8 +5,8 @@
 
 The papers' protocol keeps a seeded random half of the eligible writers, so a run
 of one seed reads only those writers' images. A machine that cannot receive the
-whole ``femnist_writers.npz`` (the lent GPU machine of docs/reproduction.md, "The
-H100 runs", takes 64 MiB a transfer) can take this file instead: every row, label
+whole ``femnist_writers.npz`` (the GPU host of docs/reproduction/convnet_gpu.md
+takes 64 MiB a transfer) can take this file instead: every row, label
 and writer id is kept, so the writers each seed draws are the same, and the images
 of the writers no listed seed draws are set to 0. Before the file is put in place
 the script loads it for every listed seed and checks that the training and test

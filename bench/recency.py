@@ -41,7 +41,7 @@ simulating. Also
 printed: the share of fresh devices among the online ones and the mean loss of fresh,
 exposed and offline devices, and of the online devices whose update was aggregated in
 the ``--window`` rounds before (clients.parquet, status ``aggregated``). Rounds before
-20 % of the run are burn-in, as in bench/bias_table.py; the last line gives the mean
+20 % of the run are burn-in, as in simfl.study.bias_table; the last line gives the mean
 over seeds ± the half-width of the 95 % t-interval.
 """
 
@@ -61,7 +61,7 @@ from simfl.runs.run import run_scenario
 from simfl.scenario import load_scenario
 from simfl.study.intervals import ci
 
-BURN_IN = 0.2  # as bench/bias_table.py
+BURN_IN = 0.2  # as simfl.study.bias_table
 
 
 @dataclass

@@ -75,7 +75,7 @@ def child(args: list[str], out: str) -> None:
             if name == function and path.endswith(suffix):
                 split[label] = split.get(label, 0.0) + cumulative
     total = max((c for (p, _, n), (_, _, _, c, _) in stats.items()
-                 if n == "main" and p.endswith("simfl/cli.py")), default=0.0)
+                 if n == "main" and p.endswith("simfl/cli/__init__.py")), default=0.0)
     split["profiled total"] = imported + total
     Path(out).write_text(json.dumps(split))
 

@@ -57,6 +57,23 @@ FIXED: dict[str, tuple[str, ...]] = {
     "estimators": ("ctx",),  # simfl.quantile.EstimatorContext -> an Estimator
     "availability": ("cfg", "devices", "streams"),  # -> simfl.population.Availability
 }
+# What simfl asks a plug-in beside its factory, by point: functions its row names (simfl's
+# own by import path; a plug-in's as keyword arguments of its decorator or attributes of
+# its factory), each optional. Data sets (simfl.runs.memory, before loading):
+# input_shape(cfg) -> (a sample's shape, classes); memory_terms(cfg) -> the loader's peak
+# memory as [(bytes, key, what)]; sizes(cfg) -> simfl.data.known.KeySizes, the devices and
+# samples its keys fix. Availability modes (simfl.population.modes says which of simfl's
+# declares what): populate(cfg, devices, streams, covariate) -> Drawn, the intervals
+# with the habits or mapped trace a run keeps; habits(cfg, devices, covariate, streams)
+# -> each device's Habits; rates(cfg, devices, mapped trace) -> the true online rates
+# (ipw_known's oracle); profile(cfg) -> (online share, mean session s) for devices.parquet;
+# intervals(cfg, training devices) -> a device's expected online intervals (the memory
+# guard); check_devices(cfg, training devices) -> InputError for a count it cannot serve.
+HOOKS: dict[str, tuple[str, ...]] = {
+    "aggregators": (), "models": (), "estimators": (),
+    "datasets": ("input_shape", "memory_terms", "sizes"),
+    "availability": ("populate", "habits", "rates", "profile", "intervals", "check_devices"),
+}
 
 
 @dataclass(frozen=True)
@@ -75,11 +92,24 @@ class Plugin:
     # panel's memory in the guard, whoever wrote it
     filters_by_threshold: bool = False
     factory: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    # its hooks (:data:`HOOKS`): name -> "package.module:function" or the function
+    hooks: tuple[tuple[str, str | Callable[..., Any]], ...] = field(default=(), repr=False)
 
     def load(self, key: str = "", source: str = "<plugin>") -> Callable[..., Any]:
         """The factory (imported from ``path`` on first use)."""
         return self.factory if self.factory is not None else import_path(self.path, key,
                                                                          source)
+
+    def has_hook(self, name: str) -> bool:
+        return any(hook == name for hook, _ in self.hooks)
+
+    def hook(self, name: str, key: str = "", source: str = "<plugin>"
+             ) -> Callable[..., Any] | None:
+        """The hook ``name`` (:data:`HOOKS`), imported on first use; None if it has none."""
+        for hook, target in self.hooks:
+            if hook == name:
+                return import_path(target, key, source) if isinstance(target, str) else target
+        return None
 
     def record(self) -> dict[str, str]:
         """What the manifest keeps: name, import path and the providing package's version."""
@@ -212,9 +242,11 @@ class Registry:
         return [p for p in self.table.values() if p.builtin]
 
     def add(self, name: str, factory: Callable[..., Any], async_refused: str = "",
-            path: str | None = None, filters_by_threshold: bool = False) -> Plugin:
+            path: str | None = None, filters_by_threshold: bool = False,
+            hooks: dict[str, Any] | None = None) -> Plugin:
         """Register ``factory`` as ``name`` (replacing a plug-in of that name, never one
-        of simfl's own); InputError if it does not fit the point."""
+        of simfl's own), with its ``hooks`` (:data:`HOOKS`); InputError if it does not
+        fit the point."""
         what = f"{self.point} plug-in {name!r}"
         if name in self.table and self.table[name].builtin:
             raise InputError(f"{what}: {name!r} is one of simfl's own {self.point}")
@@ -223,18 +255,37 @@ class Registry:
         keys, required = hyperparameters(self.point, factory, what)
         where = path or f"{factory.__module__}:{factory.__qualname__}"
         plugin = Plugin(name, where, keys, required, (), async_refused, factory=factory,
-                        filters_by_threshold=filters_by_threshold)
+                        filters_by_threshold=filters_by_threshold,
+                        hooks=self._hooks(hooks or {}, what))
         self.table[name] = plugin
         return plugin
 
+    def _hooks(self, hooks: dict[str, Any], what: str) -> tuple[tuple[str, Any], ...]:
+        """``hooks`` checked against the point's names (:data:`HOOKS`) and callable."""
+        for hook, fn in hooks.items():
+            if hook not in HOOKS[self.point]:
+                raise InputError(f"{what}: {hook!r} is no hook of {self.point} (they are "
+                                 f"{list(HOOKS[self.point])})")
+            if not callable(fn):
+                raise InputError(f"{what}: its hook {hook!r} is not a function (a "
+                                 f"{type(fn).__name__})")
+        return tuple(hooks.items())
+
+    def _declared(self, factory: Callable[..., Any]) -> dict[str, Any]:
+        """The hooks a factory declares as attributes of its own (:data:`HOOKS`)."""
+        return {hook: getattr(factory, hook) for hook in HOOKS[self.point]
+                if getattr(factory, hook, None) is not None}
+
     def register(self, name: str | None = None, *, async_refused: str = "",
-                 filters_by_threshold: bool = False) -> Callable[[F], F]:
+                 filters_by_threshold: bool = False, **hooks: Any) -> Callable[[F], F]:
         """Decorator: register the decorated factory under ``name`` (default: its own);
         ``filters_by_threshold`` (aggregation rules): the rule trains the reporters at or
-        above the estimator panel's threshold, as Δ-FL (:class:`Plugin`)."""
+        above the estimator panel's threshold, as Δ-FL (:class:`Plugin`); ``hooks``: the
+        point's functions it provides (:data:`HOOKS`), or attributes of the factory."""
         def decorate(factory: F) -> F:
             self.add(name or factory.__name__, factory, async_refused,
-                     filters_by_threshold=filters_by_threshold)
+                     filters_by_threshold=filters_by_threshold,
+                     hooks={**self._declared(factory), **hooks})
             return factory
         return decorate
 
@@ -258,15 +309,17 @@ class Registry:
             found = import_path(path, key, source)
             return self.add(name, found, getattr(found, "async_refused", ""), path=path,
                             filters_by_threshold=bool(getattr(found, "filters_by_threshold",
-                                                              False)))
+                                                              False)),
+                            hooks=self._declared(found))
         if ":" in name:
             factory = import_path(name, key, source)
-            keys, required = hyperparameters(self.point, factory, f"{source}: '{key}' = "
-                                             f"{name!r}")
+            what = f"{source}: '{key}' = {name!r}"
+            keys, required = hyperparameters(self.point, factory, what)
             return Plugin(name, name, keys, required, (),
                           getattr(factory, "async_refused", ""), factory=factory,
                           filters_by_threshold=bool(getattr(factory, "filters_by_threshold",
-                                                            False)))
+                                                            False)),
+                          hooks=self._hooks(self._declared(factory), what))
         near = difflib.get_close_matches(name, self.names(), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise InputError(f"{source}: '{key}' = {name!r} must be one of {self.names()} or a "
@@ -278,14 +331,15 @@ class Registry:
 
 
 def _own(name: str, path: str, keys: tuple[str, ...] = (), async_refused: str = "",
-         reads: tuple[str, ...] = ()) -> Plugin:
-    return Plugin(name, path, keys, (), reads, async_refused, builtin=True)
+         reads: tuple[str, ...] = (), **hooks: str) -> Plugin:
+    return Plugin(name, path, keys, (), reads, async_refused, builtin=True,
+                  hooks=tuple(hooks.items()))
 
 
 _ONE_MODEL = "needs every loss report at one model w_t, and a buffer's updates start " \
              "from different versions"
 # aggregator.participation (fedavg, deltafl: simfl.aggregate.participation), a key of
-# two rules rather than a rule: why async mode refuses it (scenario._check_server)
+# two rules rather than a rule: why async mode refuses it (scenario.server.check_server)
 PARTICIPATION_ASYNC_REFUSED = (
     "FedAU's participation intervals are counted in rounds and MIFA steps once a round "
     "from every device's latest update; a FedBuff server update is no round, and its "
@@ -309,16 +363,27 @@ AGGREGATORS = Registry("aggregators", [
          "its λ step probes losses on the chord of one round's step from one model"),
 ])
 MODELS = Registry("models", [
-    _own("linear", "simfl.train.models:LinearSoftmax", ("bias",)),
+    # model.init = "zeros" (the authors' start from W = 0) is the linear model's alone
+    _own("linear", "simfl.train.models:LinearSoftmax", ("bias",), reads=("init",)),
     _own("convnet", "simfl.train.models:ConvNet"),
     _own("cnn", "simfl.train.models:SmallCNN"),  # any C×H×W (not the papers')
     _own("gru", "simfl.train.models:CharGRU", ("hidden",)),  # Shakespeare's characters
 ])
+# Each data set's hooks (HOOKS) live beside its loader; npz_folder's sizes and shapes are
+# known only once it is loaded. femnist and leaf read FEMNIST's pixel scaling, femnist
+# the .npz's copies (data.sources).
 DATASETS = Registry("datasets", [
-    _own("synthetic", "simfl.data.synthetic:load_synthetic", reads=("synthetic",)),
-    _own("femnist", "simfl.data.femnist:load_femnist"),
-    _own("leaf", "simfl.data.leaf:load_leaf"),
-    _own("shakespeare", "simfl.data.shakespeare:load_shakespeare"),
+    _own("synthetic", "simfl.data.synthetic:load_synthetic", reads=("synthetic",),
+         input_shape="simfl.data.synthetic:input_shape",
+         memory_terms="simfl.data.synthetic:memory_terms", sizes="simfl.data.synthetic:sizes"),
+    _own("femnist", "simfl.data.femnist:load_femnist", reads=("sources", "pixel_scaling"),
+         input_shape="simfl.data.femnist:input_shape",
+         memory_terms="simfl.data.femnist:memory_terms"),
+    _own("leaf", "simfl.data.leaf:load_leaf", reads=("pixel_scaling",),
+         input_shape="simfl.data.leaf:input_shape", memory_terms="simfl.data.leaf:memory_terms"),
+    _own("shakespeare", "simfl.data.shakespeare:load_shakespeare",
+         input_shape="simfl.data.shakespeare:input_shape",
+         memory_terms="simfl.data.shakespeare:memory_terms"),
     _own("npz_folder", "simfl.data.own:load_npz_folder"),  # one <client>.npz each
 ])
 # The threshold of an async buffer comes from its loss reports, sent in the clear with
@@ -357,12 +422,23 @@ ESTIMATORS = Registry("estimators", [
     # Chambers-Dunstan: the cohort and every device's last loss report (max_age rounds)
     _own("model_assisted", "simfl.quantile.assisted:model_assisted", reads=("model_assisted",)),
 ])
-# habits: diurnal, each device with its own propensity, phase and session length
+# Each mode's factory and hooks: simfl.population.modes (habits: diurnal, each device with
+# its own propensity, phase and session length). The keys each reads beyond mode.
+_MODES = "simfl.population.modes"
+_DIURNAL = ("online_prob_by_hour", "session_mean_s", "horizon_s")
 AVAILABILITY = Registry("availability", [
-    _own("always", "simfl.population.availability:build_availability"),
-    _own("diurnal", "simfl.population.availability:build_availability"),
-    _own("habits", "simfl.population.availability:build_availability", reads=("habits",)),
-    _own("trace", "simfl.population.availability:build_availability"),
+    _own("always", f"{_MODES}:always", rates=f"{_MODES}:always_rates",
+         profile=f"{_MODES}:always_profile", intervals=f"{_MODES}:always_interval_count"),
+    _own("diurnal", f"{_MODES}:diurnal", reads=_DIURNAL, rates=f"{_MODES}:profile_rates",
+         profile=f"{_MODES}:diurnal_profile", intervals=f"{_MODES}:diurnal_interval_count"),
+    _own("habits", f"{_MODES}:habits", reads=("habits", *_DIURNAL),
+         populate=f"{_MODES}:populate_habits", habits=f"{_MODES}:device_habits",
+         rates=f"{_MODES}:profile_rates", intervals=f"{_MODES}:habits_interval_count"),
+    _own("trace", f"{_MODES}:trace", reads=("trace_path", "trace_mapping",
+                                            "trace_covariate_correlation"),
+         populate=f"{_MODES}:populate_trace", rates=f"{_MODES}:trace_rates",
+         intervals=f"{_MODES}:trace_interval_count",
+         check_devices="simfl.population.trace_map:check_trace_devices"),
 ])
 REGISTRIES = {r.point: r for r in (AGGREGATORS, MODELS, DATASETS, ESTIMATORS, AVAILABILITY)}
 

@@ -43,6 +43,7 @@ INTERVALS_FILE = "availability_intervals.parquet"  # the availability trace, whe
 PARTS_DIR = "parts"
 PLOTS_DIR = "plots"  # a run's figures (simfl.plots; a test checks that it writes no others)
 FIGURE_FORMATS = ("png", "pdf", "svg")  # what `plot --format` writes (matplotlib, no extras)
+# error_vs_size: no longer drawn (simfl.plots.runs.RETIRED_FIGURES), still the run's own
 RUN_PLOT_STEMS = ("test_error_hist", "p90_vs_time", "p90_vs_bytes", "error_vs_size",
                   "error_vs_rounds", "round_durations", "availability", "staleness",
                   "threshold_estimates", "bias_decomposition")
@@ -52,12 +53,15 @@ STATE_FILE = "state.pt"
 PROGRESS_FILE = "progress.json"  # the checkpoint's plain facts, beside state.pt
 LOCK_FILE = "lock"
 JOURNAL_DIR = "journal"
-# What collect writes in a sweep's folder: its tables and these figures (in plots/, by
-# simfl.plots.study.plot_sweep), each carrying this mark, in a Parquet table's key-value
-# metadata or a PNG's text: collect replaces its own files and nothing else.
-SWEEP_FIGURES = ("protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
+# What collect writes in a sweep's folder: its tables and these figures (in plots/: the
+# study's by simfl.plots.study.plot_sweep, any sweep's by simfl.plots.sweep.sweep_figures),
+# each carrying this mark, in a Parquet table's key-value metadata or a PNG's text:
+# collect replaces its own files and nothing else.
+STUDY_FIGURES = ("protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
                  "online_bias_vs_cohort.png", "decomposition_vs_cohort.png",
                  "p90_vs_bytes_by_estimator.png")
+GRID_FIGURES = ("p90_vs_round.png", "p90_vs_bytes.png", "final_p90.png")
+SWEEP_FIGURES = STUDY_FIGURES + GRID_FIGURES
 COLLECT_MARK = {"simfl": "collect"}
 # What tune writes in results/<tuning name>/, and how each file it wrote begins: a file
 # there that begins otherwise is not tune's, and tune refuses to replace or remove it.

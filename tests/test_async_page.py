@@ -1,4 +1,4 @@
-"""bench/async_table.py: its time to a level equals simfl.plots.runs.time_to_level, its
+"""simfl.study.async_table: its time to a level equals simfl.plots.runs.time_to_level, its
 kept evidence refuses to replace what it did not write, and docs/async.md's two tables
 are what it prints from the runs kept in docs/runs/async_check."""
 
@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 from simfl.plots.runs import time_to_level
+from simfl.study import async_table
 from simfl.tables import error_by_round
-from tests.bench_scripts import bench_module
 
 ROOT = Path(__file__).parents[1]
 KEPT = ROOT / "docs" / "runs" / "async_check"
@@ -44,8 +44,7 @@ def per_device_eval() -> tuple[pl.DataFrame, pl.DataFrame]:
 @pytest.mark.parametrize("level", [1.0, 0.75, 0.7, 0.6, 0.5])
 def test_first_at_is_time_to_level_from_the_per_evaluation_summary(level: float) -> None:
     ev, rounds = per_device_eval()
-    module = bench_module("async_table")
-    got = module.first_at(error_by_round(ev), rounds, level)
+    got = async_table.first_at(error_by_round(ev), rounds, level)
     want = time_to_level(ev, rounds, level)
     if want is None:
         assert got is None
@@ -57,7 +56,6 @@ def test_first_at_is_time_to_level_from_the_per_evaluation_summary(level: float)
 
 
 def test_keep_refuses_a_folder_holding_other_files(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -65,13 +63,8 @@ def test_keep_refuses_a_folder_holding_other_files(tmp_path: Path,
     mine = tmp_path / "keep" / "run"
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("the user's")
-    module = bench_module("async_table")
-    monkeypatch.setattr("sys.argv", ["async_table.py", str(run), "--levels", "0.5",
-                                     "--keep", str(tmp_path / "keep")])
-    with pytest.raises(SystemExit) as stop:
-        module.main()
-    assert stop.value.code == 2
-    assert f"{mine}: holds what this script did not write" in capsys.readouterr().err
+    assert async_table.main([str(run), "--levels", "0.5", "--keep", str(tmp_path / "keep")]) == 2
+    assert f"{mine}: holds what this command did not write" in capsys.readouterr().err
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
@@ -96,10 +89,9 @@ def page_rows(header_start: str) -> dict[str, list[str]]:
 ])
 def test_the_page_s_tables_are_the_kept_runs(runs: dict[str, str], levels: tuple[float, ...],
                                             digits: int, header: str) -> None:
-    module = bench_module("async_table")
     page = page_rows(header)
     assert sorted(page) == sorted(runs.values())
     for folder, label in runs.items():
-        printed = module.row(KEPT / folder, list(levels), digits)
+        printed = async_table.row(KEPT / folder, list(levels), digits)
         assert printed[0] == folder
         assert page[label] == [re.sub(r"−(?=\d)", "-", c) for c in printed[1:]], label

@@ -1,31 +1,31 @@
-"""bench/bias_claims.py and bench/bias_table.py's verdicts and filters, on small hand-made
-inputs whose answers are worked out by hand (t(0.975, 2) = 4.302653, t(0.975, 4) =
-2.776445)."""
+"""simfl.study.bias_claims and simfl.study.bias_table's verdicts and filters, on small
+hand-made inputs whose answers are worked out by hand (t(0.975, 2) = 4.302653,
+t(0.975, 4) = 2.776445)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import sys
 from pathlib import Path
+from types import ModuleType
 from unittest import mock
 
 import numpy as np
 import polars as pl
 import pytest
 
-from tests.bench_scripts import bench_module
+from simfl.errors import InputError
+from simfl.study import bias_claims, bias_table
 from tests.test_bias_table import write_paired_table
 
 T2, T4 = 4.302653, 2.776445
 
 
-def run(script: str, *args: str) -> str:
-    module = bench_module(script)
+def run(tool: ModuleType, *args: str) -> str:
+    """What ``python -m simfl.study.<tool> ARGS`` prints (it must succeed)."""
     out = io.StringIO()
-    with mock.patch.object(sys, "argv", [f"{script}.py", *args]), \
-            contextlib.redirect_stdout(out):
-        module.main()
+    with contextlib.redirect_stdout(out):
+        assert tool.main(list(args)) == 0
     return out.getvalue()
 
 
@@ -39,13 +39,13 @@ def run(script: str, *args: str) -> str:
     ((0.5,), 0.01, ""),  # one value: no interval, no verdict
 ])
 def test_the_verdict_of_an_interval(values: tuple[float, ...], margin: float, want: str) -> None:
-    assert bench_module("bias_table").verdict(np.array(values), margin) == want
+    assert bias_table.verdict(np.array(values), margin) == want
 
 
 def test_only_keeps_one_cell_and_margin_prints_the_verdict(tmp_path: Path) -> None:
     """write_paired_table's cell x: A − B per run 0.01, 0.02, 0.03 (test_bias_table.py)."""
     write_paired_table(tmp_path)
-    out = run("bias_table", str(tmp_path), "--paired", "A,B", "--only", "variant=x",
+    out = run(bias_table, str(tmp_path), "--paired", "A,B", "--only", "variant=x",
               "--digits", "4", "--margin", "0.05")
     assert out.splitlines() == ["| seeds | A − B |", "|---|---|",
                                 "| 3 | +0.0200 ± 0.0248 (equivalent within ±0.05) |"]
@@ -53,27 +53,26 @@ def test_only_keeps_one_cell_and_margin_prints_the_verdict(tmp_path: Path) -> No
 
 def test_only_refuses_a_value_no_cell_has(tmp_path: Path) -> None:
     write_paired_table(tmp_path)
-    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
-        run("bias_table", str(tmp_path), "--only", "variant=z")
-    assert stop.value.code == 2 and "no cell" in err.getvalue() and "variant=z" in err.getvalue()
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        assert bias_table.main([str(tmp_path), "--only", "variant=z"]) == 2
+    assert "no cell" in err.getvalue() and "variant=z" in err.getvalue()
 
 
 def test_a_printed_interval_reads_as_a_t_test_with_four_degrees_of_freedom() -> None:
-    claims = bench_module("bias_claims")
-    one = claims.Interval.parse(f"+1.0 ± {T4}")  # se 1, t 1: two-sided p 0.373901
+    one = bias_claims.Interval.parse(f"+1.0 ± {T4}")  # se 1, t 1: two-sided p 0.373901
     assert one.mean == 1.0 and one.p == pytest.approx(0.373901, abs=1e-6)
-    assert claims.Interval.parse("−2.0 ± 0.5").mean == -2.0  # the typeset minus
+    assert bias_claims.Interval.parse("−2.0 ± 0.5").mean == -2.0  # the typeset minus
     assert one.widened(1) == pytest.approx(T4)
     # m = 20: t(1 - 0.025 / 20, 4) = t(0.99875, 4) = 6.758253
     assert one.widened(20) == pytest.approx(6.758253, abs=1e-5)
-    assert claims.Interval(0.0, 0.0).p == 1.0
+    assert bias_claims.Interval(0.0, 0.0).p == 1.0
 
 
 def test_the_family_is_every_distinct_signed_interval(tmp_path: Path) -> None:
     page = tmp_path / "habits.md"
     page.write_text("a +0.5 ± 0.1 and −0.5 ± 0.1 (typeset) and -0.5 ± 0.1 again; a level "
                     "1.5 ± 0.1 and a margin ±0.01 are not in it; +0.0100 ± 0.1000 is.\n")
-    family = bench_module("bias_claims").family([page])
+    family = bias_claims.family([page])
     assert sorted(family) == ["+0.0100 ± 0.1000", "+0.5 ± 0.1", "-0.5 ± 0.1"]
 
 
@@ -84,10 +83,9 @@ def test_multiplicity_adjusts_a_claim_over_the_family(tmp_path: Path) -> None:
     2.776445 = ± 0.1259."""
     page = tmp_path / "habits.md"
     page.write_text("+0.5 ± 0.1 and +0.01 ± 0.1\n")
-    claims = bench_module("bias_claims")
-    with mock.patch.object(claims, "CLAIMS", (("the claim", "habits.md", "+0.5 ± 0.1"),
-                                              ("elsewhere", "other.md", "+9.9 ± 0.1"))):
-        lines = claims.multiplicity([page])
+    claims = (("the claim", "habits.md", "+0.5 ± 0.1"), ("elsewhere", "other.md", "+9.9 ± 0.1"))
+    with mock.patch.object(bias_claims, "CLAIMS", claims):
+        lines = bias_claims.multiplicity([page])
     assert lines[0] == "2 distinct signed intervals on habits.md"
     assert lines[4:] == ["| the claim | +0.5 ± 0.1 | different | 1.6e-04 | 0.00031 | 0.00031 | "
                          "+0.5000 ± 0.1259 | different |"]
@@ -118,7 +116,7 @@ def test_the_contrast_of_two_cohort_sizes(tmp_path: Path) -> None:
     p 0.2879. By seed: 0.01, 0.0, 0.02: mean 0.01, sd 0.01, half 0.02484, t √3, p (2 df)
     0.2254."""
     study_table(tmp_path)
-    out = run("bias_claims", "contrast", str(tmp_path), "--variant", "v", "--pair", "A,B")
+    out = run(bias_claims, "contrast", str(tmp_path), "--variant", "v", "--pair", "A,B")
     assert out.splitlines()[4:] == [
         "| K = 20 | 3 | +0.0200 ± 0.0248 | |",
         "| K = 100 | 3 | +0.0100 ± 0.0248 | |",
@@ -132,7 +130,7 @@ def test_chosen_seeds_of_a_printed_per_seed_table() -> None:
     text = ("| seed | x | y |\n|---|---|---|\n| 0 | +9 | +9 |\n\n"
             "| seed | x | y |\n|---|---|---|\n| 0 | +9.0 | 0 |\n| 1 | +0.2 | 0 |\n"
             "| 2 | +0.4 | 0 |\n| mean ± 95 % | +3.2 ± 9 | 0 |\n")
-    lines = bench_module("bias_claims").seed_rows(text, -1, [1, 2], ["x"])
+    lines = bias_claims.seed_rows(text, -1, [1, 2], ["x"])
     assert lines == ["| seeds | x |", "|---|---|", "| 1, 2 | +0.3000 ± 1.2706 (not detected) |"]
-    with pytest.raises(SystemExit, match="seed 7"):
-        bench_module("bias_claims").seed_rows(text, -1, [7], ["x"])
+    with pytest.raises(InputError, match="seed 7"):
+        bias_claims.seed_rows(text, -1, [7], ["x"])

@@ -1,27 +1,27 @@
 """The estimation study's evidence pages (docs/bias/*.md) against the kept runs.
 
 Every generated table is a block ``<!-- name: begin -->`` … ``<!-- name: end -->`` (the
-convention of tests/test_dose_page.py) and must be what its bench command prints from the
-kept runs in docs/runs, collected as tests/kept_runs.py does (the page's command names
-``docs/runs/<sweep>``; here that folder is the collected one). Every interval the prose of
-the habits page quotes is one its tables print, and the figures of the tail page's prose
-that no table holds are recomputed from the runs."""
+convention of tests/test_dose_page.py) and must be what its command (``python -m
+simfl.study.<tool>``) prints from the kept runs in docs/runs, collected as
+tests/kept_runs.py does (the page's command names ``docs/runs/<sweep>``; here that folder
+is the collected one). Every interval the prose of the habits page quotes is one its
+tables print, and the figures of the tail page's prose that no table holds are recomputed
+from the runs."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import re
-import sys
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
-from unittest import mock
 
 import polars as pl
 import pytest
 
-from tests.bench_scripts import bench_module
+from simfl.study.drivers_table import per_run
 from tests.kept_runs import collected
 
 ROOT = Path(__file__).parents[1]
@@ -33,7 +33,7 @@ RUNS = "{runs}"  # in a block's arguments: the collected folder of its sweep
 
 class Block(NamedTuple):
     """A generated table: its page, the sweep whose kept runs it reads (None: none), the
-    bench script and its arguments, and whether only the output's last table is shown."""
+    simfl.study tool and its arguments, and whether only the output's last table is shown."""
 
     page: str
     sweep: str | None
@@ -132,12 +132,10 @@ BLOCKS: dict[str, Block] = {
 
 @cache
 def printed(script: str, *args: str) -> str:
-    """What ``python bench/<script>.py ARGS`` prints, run here (bench/ on the path)."""
-    module = bench_module(script)
+    """What ``python -m simfl.study.<script> ARGS`` prints, run here."""
     out = io.StringIO()
-    with mock.patch.object(sys, "argv", [f"{script}.py", *args]), \
-            contextlib.redirect_stdout(out):
-        module.main()
+    with contextlib.redirect_stdout(out):
+        assert importlib.import_module(f"simfl.study.{script}").main(list(args)) == 0
     return out.getvalue()
 
 
@@ -218,8 +216,8 @@ def cited(*parts: str) -> None:
 
 
 def test_the_tail_page_s_threshold_figures_are_the_kept_runs() -> None:
-    """The driving estimates' bias and kept weight (bias_table.py), and the traffic and
-    devices ipw_days saves (drivers_table.py's per-run figures)."""
+    """The driving estimates' bias and kept weight (bias_table), and the traffic and
+    devices ipw_days saves (drivers_table's per-run figures)."""
     folder = collected("scenarios/study/habits_drivers.sweep.toml")
     out = printed("bias_table", str(folder), "--digits", "5")
     header, *rows = [[c.strip() for c in line.strip("|").split("|")]
@@ -236,7 +234,7 @@ def test_the_tail_page_s_threshold_figures_are_the_kept_runs() -> None:
     cited(f"the filter keeps {kept['cohort_exact']:.1f} % and {kept['ipw_days']:.1f} % of "
           "the population's weight against the 50 % θ asks")
     cited(f"Why a {kept['cohort_exact'] - kept['ipw_days']:.1f}-point smaller over-inclusion")
-    runs = bench_module("drivers_table").per_run(folder)
+    runs = per_run(folder)
     gb = {v: float(runs.filter(pl.col("variant") == v)["gb"].mean())
           for v in ("cohort_exact", "ipw_days")}
     aggregated = {v: float(runs.filter(pl.col("variant") == v)["aggregated"].mean())
@@ -248,7 +246,7 @@ def test_the_tail_page_s_threshold_figures_are_the_kept_runs() -> None:
 
 
 def test_the_tail_page_s_paired_figures_are_paper_table_s() -> None:
-    """ipw_days and FedAvg minus cohort_exact (paper_table.py's paired table, as the block
+    """ipw_days and FedAvg minus cohort_exact (paper_table's paired table, as the block
     above them prints it): p90 and mean error with their intervals, p, the seeds for 0.5
     points, and Δ-FL minus FedAvg (the FedAvg row's signs turned)."""
     rows = {}

@@ -1,4 +1,5 @@
-"""bench/bias_table.py on small hand-made bias tables whose answers are computed by hand."""
+"""``python -m simfl.study.bias_table`` on small hand-made bias tables whose answers are
+computed by hand."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ ROOT = Path(__file__).parents[1]
 
 
 def bias_table(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "bias_table.py"), str(folder),
-                           *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "simfl.study.bias_table", str(folder), *args],
+                          cwd=ROOT, capture_output=True, text=True)
 
 
 def row(variant: str, seed: int, estimator: str, rnd: int, online: float) -> dict[str, object]:

@@ -1,6 +1,6 @@
-"""bench/ipw_rates.py: docs/bias/ipw.md's table of IPW's online rates is what the script prints
-(no training, so a seed prints the same table on every machine), and the joined table is
-the per-seed tables' cells."""
+"""simfl.study.ipw_rates: docs/bias/ipw.md's table of IPW's online rates is what the
+command prints (no training, so a seed prints the same table on every machine), and the
+joined table is the per-seed tables' cells."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_scripts import bench_module
+from simfl.study.ipw_rates import doc_table
 from tests.conftest import requires_data
 
 ROOT = Path(__file__).parents[1]
@@ -23,16 +23,16 @@ def day(tv: float, ratio: float) -> dict[str, dict[str, float]]:
 
 
 def test_the_joined_table_puts_each_seeds_value_in_its_place() -> None:
-    table = bench_module("ipw_rates").doc_table([[day(0.1234, 3.0)], [day(0.2, 1.254)]])
+    table = doc_table([[day(0.1234, 3.0)], [day(0.2, 1.254)]])
     assert table.splitlines()[2] == ("| 1 | 0.123 / 0.200 | 0.123 / 0.200 | 0.123 / 0.200 | "
                                      "0.123 / 0.200 | 3.00 / 1.25 | 1.50 / 0.63 |")
 
 
 @requires_data
 @pytest.mark.slow
-def test_the_table_in_the_ipw_page_is_what_the_script_prints() -> None:
+def test_the_table_in_the_ipw_page_is_what_the_command_prints() -> None:
     """The page's ``ipw rates`` block is the joined table the command prints last."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ipw_rates.py"), "--days", "7",
+    out = subprocess.run([sys.executable, "-m", "simfl.study.ipw_rates", "--days", "7",
                           "--strength", "1", "--seeds", "0", "1", "2"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
     joined = out.split("seeds 0 / 1 / 2:\n")[1].strip()

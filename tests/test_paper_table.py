@@ -1,5 +1,6 @@
-"""bench/paper_table.py on the paper runs kept in docs/runs: its cells equal the kept
-manifests' figures, recomputed here by hand, under the rules' names."""
+"""simfl.study.paper_table (and its tables, simfl.study.paper_cells and paper_paired) on
+the paper runs kept in docs/runs: its cells equal the kept manifests' figures, recomputed
+here by hand, under the rules' names."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.bench_scripts import bench_module
+from simfl.study import paper_cells, paper_paired, paper_table
 
 ROOT = Path(__file__).parents[1]
 KEPT = ROOT / "docs" / "runs" / "paper_linear"
-paper_table = bench_module("paper_table")
+COMMAND = [sys.executable, "-m", "simfl.study.paper_table"]
 
 
 def kept(variant: str, sweep: Path = KEPT) -> dict[int, dict[str, float]]:
@@ -34,7 +35,7 @@ def kept(variant: str, sweep: Path = KEPT) -> dict[int, dict[str, float]]:
 @pytest.mark.slow
 def test_paper_table_cells_equal_the_kept_manifests() -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+        [*COMMAND,
          "scenarios/paper/linear.sweep.toml", "--versus", "fedavg", "--results", "docs/runs"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout
     fedavg, deltafl = kept("fedavg"), kept("deltafl_0_5")
@@ -54,7 +55,7 @@ BATCH32 = ROOT / "docs" / "runs" / "paper_linear_batch32"
 @pytest.mark.slow
 def test_a_second_sweeps_variant_of_the_same_name_is_kept_apart() -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+        [*COMMAND,
          "scenarios/paper/linear.sweep.toml", "--also", "scenarios/paper/linear_batch32.sweep.toml",
          "--versus", "paper_linear_batch32/fedavg", "--results", "docs/runs"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -72,7 +73,7 @@ def test_rule_labels_name_what_differs_from_the_papers_protocol() -> None:
         return {"aggregator": {"name": "deltafl", "theta": 0.5}, "data": {},
                 "model": {"name": "linear", **model}, "train": {"batch_size": 10}}
 
-    label = paper_table.rule_label
+    label = paper_cells.rule_label
     assert label(scenario()) == "Δ-FL θ = 0.5"  # a manifest from before model.bias/init
     assert label(scenario(bias=True, init="pytorch")) == "Δ-FL θ = 0.5"
     assert label(scenario(bias=False, init="zeros")) == "Δ-FL θ = 0.5, no bias, from W = 0"
@@ -101,35 +102,34 @@ def test_rows_sharing_a_label_are_told_apart_by_the_settings_that_differ() -> No
 
 def test_wall_time_is_told_per_device_when_runs_ran_on_several() -> None:
     part = pl.DataFrame({"device": ["cpu", "H100", "cpu"], "wall_s": [600.0, 60.0, 1200.0]})
-    wall_cell = paper_table.wall_cell
+    wall_cell = paper_cells.wall_cell
     assert wall_cell(part, by_device=True) == "15.0 min (cpu); 1.0 min (H100)"
     assert wall_cell(part.filter(pl.col("device") == "cpu"), by_device=False) == "15.0 min"
 
 
-def test_by_size_splits_the_devices_at_n_samples_per_seed(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_by_size_splits_the_devices_at_n_samples_per_seed() -> None:
     errors = pl.DataFrame({
         "variant": ["fedavg"] * 5 + ["dfl"] * 2,
         "seed": [0, 0, 0, 1, 1, 0, 0],
         "num_samples": [100, 120, 300, 110, 400, 100, 120],
         "error": [0.10, 0.20, 0.05, 0.30, 0.07, 0.12, 0.14]})
-    paper_table.by_size(errors, 250, ["fedavg", "dfl"], {"fedavg": "FedAvg", "dfl": "Δ-FL"})
-    out = capsys.readouterr().out
+    labels = {"fedavg": "FedAvg", "dfl": "Δ-FL"}
+    out = "\n".join(paper_paired.by_size(errors, 250, ["fedavg", "dfl"], labels))
     # FedAvg: seed 0's small devices average 15 %, seed 1's 30 % -> 22.50 ± 10.61;
     # the large ones 5 % and 7 % -> 6.00 ± 1.41; 1-2 small devices a seed, 1 large.
     assert "| FedAvg | 2 | 1–2 | 22.50 ± 10.61 | 1 | 6.00 ± 1.41 |" in out
     assert "| Δ-FL | 1 | 2 | 13.00 | 0 | — |" in out  # no device of 250 samples or more
 
 
-def test_window_averages_each_runs_last_evaluations(capsys: pytest.CaptureFixture[str]) -> None:
+def test_window_averages_each_runs_last_evaluations() -> None:
     # rounds 0, 10, 20, 30; a window of 20 rounds keeps rounds 20 and 30 of each run
     runs = pl.DataFrame({
         "variant": ["ref"] * 8 + ["dfl"] * 4, "seed": [0] * 4 + [1] * 4 + [0] * 4,
         "round": [0, 10, 20, 30] * 3,
         "p90": [0.9, 0.9, 0.30, 0.20, 0.9, 0.9, 0.40, 0.40, 0.9, 0.9, 0.20, 0.10],
         "mean": [0.5, 0.5, 0.10, 0.20, 0.5, 0.5, 0.20, 0.20, 0.5, 0.5, 0.10, 0.10]})
-    paper_table.window(runs, 20, ["ref", "dfl"], {"ref": "FedAvg", "dfl": "Δ-FL"}, "ref")
-    out = capsys.readouterr().out
+    labels = {"ref": "FedAvg", "dfl": "Δ-FL"}
+    out = "\n".join(paper_paired.window(runs, 20, ["ref", "dfl"], labels, "ref"))
     # ref: finals 20 and 40 -> 30.00 ± 14.14; averages 25 and 40 -> 32.50 ± 10.61; the
     # within-run sd of (30, 20) is 7.07, of (40, 40) 0; means 15 and 20 -> 17.50 ± 3.54
     assert "| FedAvg | 0, 1 | 2 | 30.00 ± 14.14 | 32.50 ± 10.61 | 0.00–7.07 | 17.50 ± 3.54 |" in out
@@ -137,66 +137,72 @@ def test_window_averages_each_runs_last_evaluations(capsys: pytest.CaptureFixtur
     assert "| Δ-FL | 0 | -10.00 | — | -5.00 | — |" in out  # paired on seed 0 only
 
 
-def test_by_size_over_window_counts_the_evaluations_where_small_devices_fare_worse(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_by_size_over_window_counts_the_evaluations_where_small_devices_fare_worse() -> None:
     # one run, two evaluations: small devices 20 % then 10 %, the large one 15 % then 25 %
     errors = pl.DataFrame({"variant": ["dfl"] * 6, "seed": [3] * 6,
                            "round": [10, 10, 10, 20, 20, 20],
                            "num_samples": [100, 120, 300, 100, 120, 300],
                            "error": [0.1, 0.3, 0.15, 0.05, 0.15, 0.25]})
-    paper_table.by_size_over_window(errors, 250, 20, ["dfl"], {"dfl": "Δ-FL"})
-    assert "| Δ-FL | 3 | 2 | 15.00 ± 7.07 | 20.00 ± 7.07 | 1 |" in capsys.readouterr().out
+    lines = paper_paired.by_size_over_window(errors, 250, 20, ["dfl"], {"dfl": "Δ-FL"})
+    assert "| Δ-FL | 3 | 2 | 15.00 ± 7.07 | 20.00 ± 7.07 | 1 |" in lines
 
 
 def test_evaluations_are_none_where_only_the_final_round_is_kept(tmp_path: Path) -> None:
     rows = pl.DataFrame({"round": [10, 10, 20, 20], "t_s": [1.0, 1.0, 2.0, 2.0],
                          "split": ["test", "train", "test", "test"],
                          "error": [0.5, 0.1, 0.2, 0.4]})
-    test = paper_table.evaluations(tmp_path, rows)
+    test = paper_paired.evaluations(tmp_path, rows)
     assert test is not None
     assert test["round"].to_list() == [10, 20]
     assert test["mean"].to_list() == [0.5, pytest.approx(0.3)]
-    assert paper_table.evaluations(tmp_path, rows.filter(pl.col("round") == 20)) is None
+    assert paper_paired.evaluations(tmp_path, rows.filter(pl.col("round") == 20)) is None
 
 
 def cells(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
 
 
-@pytest.mark.parametrize("results", ["docs/runs", "docs/runs/h100"])
+def page_lines(*names: str) -> list[str]:
+    """The lines of the reproduction pages named: "answer" for docs/reproduction.md, else
+    the evidence page docs/reproduction/<name>.md."""
+    pages = [ROOT / "docs" / ("reproduction.md" if name == "answer" else f"reproduction/{name}.md")
+             for name in names]
+    return [line for page in pages for line in page.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("results", "name"), [("docs/runs", "convnet"),
+                                             ("docs/runs/h100", "convnet_gpu")])
 @pytest.mark.slow
-def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str) -> None:
-    """Every row bench/paper_table.py makes from the kept ConvNet runs (the CPU's and
-    the H100's) stands in docs/reproduction.md with the same figures, rule to the
+def test_the_convnet_tables_in_reproduction_md_are_the_kept_runs(results: str, name: str) -> None:
+    """Every row simfl.study.paper_table makes from the kept ConvNet runs (the CPU's and
+    the GPU's) stands on its page of docs/reproduction/ with the same figures, rule to the
     mean's p (the page writes out the seeds and, where runs differ, the wall
     times), and so does every row of its per-seed table (``--per-seed``)."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+        [*COMMAND,
          "scenarios/paper/convnet.sweep.toml", "--results", results, "--per-seed"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout
     main, per_seed = out.split("final test error in %")
     rows = [cells(line) for line in main.splitlines()
             if line.startswith("| ") and not line.startswith("| rule ")]
     assert rows, out
-    page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
-            if line.startswith("| ")]
+    page = [cells(line) for line in page_lines(name) if line.startswith("| ")]
     for row in rows:
         matches = [line for line in page if line[0] == row[0] and line[2:12] == row[2:12]]
-        assert matches, f"not in docs/reproduction.md: {row}"
+        assert matches, f"not in docs/reproduction/{name}.md: {row}"
         assert any(line[1].startswith(row[1]) for line in matches), (row, matches)
     header, *runs = [cells(line) for line in per_seed.splitlines()
                      if line.startswith("| ") and not line.startswith("|---")]
-    assert header in page, f"not in docs/reproduction.md: {header}"
+    assert header in page, f"not in docs/reproduction/{name}.md: {header}"
     for row in runs:  # each seed's figures, in a table with the same seeds
-        assert row in page, f"not in docs/reproduction.md: {row}"
+        assert row in page, f"not in docs/reproduction/{name}.md: {row}"
 
 
-def test_per_seed_puts_each_run_under_its_seed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_per_seed_puts_each_run_under_its_seed() -> None:
     table = pl.DataFrame({"variant": ["ref", "ref", "dfl"], "seed": [2, 0, 2],
                           "label": ["FedAvg", "FedAvg", "Δ-FL"],
                           "p90": [0.25, 0.2612, 0.3], "mean": [0.15, 0.1555, 0.2]})
-    paper_table.per_seed(table, ["ref", "dfl"])
-    out = capsys.readouterr().out
+    out = "\n".join(paper_cells.per_seed(table, ["ref", "dfl"]))
     assert "| rule | seed 0 | seed 2 |" in out
     assert "| FedAvg | 26.12 / 15.55 | 25.00 / 15.00 |" in out
     assert "| Δ-FL | — | 30.00 / 20.00 |" in out  # no run of seed 0
@@ -205,24 +211,23 @@ def test_per_seed_puts_each_run_under_its_seed(capsys: pytest.CaptureFixture[str
 def test_seeds_needed_match_the_textbook_sample_sizes() -> None:
     # Paired t-test, two-sided 0.05, power 0.8: effect size 1 needs 10 pairs and 0.5
     # needs 34 (Cohen's tables; G*Power gives the same), whatever the sign of the gap.
-    assert paper_table.seeds_needed(1.0, 1.0) == "10"
-    assert paper_table.seeds_needed(2.0, -1.0) == "34"
-    assert paper_table.seeds_needed(0.0, 1.0) == "2"
-    assert paper_table.seeds_needed(10.0, 0.1) == "> 1000"
+    assert paper_paired.seeds_needed(1.0, 1.0) == "10"
+    assert paper_paired.seeds_needed(2.0, -1.0) == "34"
+    assert paper_paired.seeds_needed(0.0, 1.0) == "2"
+    assert paper_paired.seeds_needed(10.0, 0.1) == "> 1000"
     # far out, scipy's noncentral t lower tail is nan: power ~1 at n = 3 (0.72 at n = 2,
     # by integration over the sample sd and by Monte Carlo); it gave 5 (ConvNet, FedAvg-Sub
     # minus FedAvg, whose three differences have sd 0.484)
     sd = float(np.std([-0.9556, -1.7432, -0.8606], ddof=1))  # 0.48448 (nan at n = 3, 4)
-    assert paper_table.seeds_needed(sd, 4.77) == "3"
+    assert paper_paired.seeds_needed(sd, 4.77) == "3"
 
 
-def test_versus_plans_the_seeds_from_the_paired_spread(capsys: pytest.CaptureFixture[str]) -> None:
+def test_versus_plans_the_seeds_from_the_paired_spread() -> None:
     # differences -2 and +2 points: sd 2.83, a gap of 2.83 points is effect size 1
     table = pl.DataFrame({"variant": ["ref", "ref", "dfl", "dfl"], "seed": [0, 1, 0, 1],
                           "label": ["FedAvg", "FedAvg", "Δ-FL", "Δ-FL"],
                           "p90": [0.30, 0.30, 0.28, 0.32], "mean": [0.1] * 4})
-    paper_table.versus(table, "ref", ["ref", "dfl"], gap=200 ** 0.5 / 5)
-    out = capsys.readouterr().out
+    out = "\n".join(paper_paired.versus(table, "ref", ["ref", "dfl"], gap=200 ** 0.5 / 5))
     assert "seeds to find 2.82843 points |" in out
     assert out.rstrip().endswith("| 10 |")
 
@@ -241,27 +246,29 @@ def kept_tuning(name: str) -> dict[str, dict[float, tuple[float, bool]]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["paper_tune_linear_l2", "paper_tune_linear_l2_batch32"])
-def test_the_l2_tuning_tables_in_reproduction_md_are_the_kept_runs(name: str) -> None:
+@pytest.mark.parametrize(("name", "page_name"), [("paper_tune_linear_l2", "tuning"),
+                                                  ("paper_tune_linear_l2_batch32", "batch32")])
+def test_the_l2_tuning_tables_in_reproduction_md_are_the_kept_runs(name: str,
+                                                                    page_name: str) -> None:
     """Each row of the page's ℓ2 tables (held-out p90 in %, the choice in bold) is
     what ``tune`` wrote from the runs kept in docs/runs/<name>."""
     tuning = kept_tuning(name)
-    page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
-            if line.strip().startswith("| ")]
+    page = [cells(line) for line in page_lines(page_name) if line.strip().startswith("| ")]
     for l2 in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8):
         row = [f"{l2:.0e}"]
         for variant in ("fedavg", "deltafl_0_8", "deltafl_0_5", "deltafl_0_1"):
             criterion, chosen = tuning[variant][l2]
             row.append(f"**{100 * criterion:.2f}**" if chosen else f"{100 * criterion:.2f}")
-        assert row in page, f"not in docs/reproduction.md: {row}"
+        assert row in page, f"not in docs/reproduction/{page_name}.md: {row}"
 
 
-@pytest.mark.parametrize(("name", "horizon"), [("paper_tune_linear_lr", 500),
-                                               ("paper_tune_linear_lr_full", 3000)])
-def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs(name: str,
-                                                                      horizon: int) -> None:
+@pytest.mark.parametrize(("name", "horizon", "page_name"),
+                         [("paper_tune_linear_lr", 500, "tuning"),
+                          ("paper_tune_linear_lr_full", 3000, "causes")])
+def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs(name: str, horizon: int,
+                                                                      page_name: str) -> None:
     tuning = kept_tuning(name)["all runs"]
-    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    lines = page_lines(page_name)
     start = next(i for i, line in enumerate(lines) if line.startswith(
         f"| γ0 | α-weighted training loss at round {horizon} |"))
     rows = [cells(line) for line in lines[start + 2:start + 2 + len(tuning)]]
@@ -271,7 +278,7 @@ def test_the_learning_rate_tuning_in_reproduction_md_is_the_kept_runs(name: str,
         assert ("(chosen)" in row[0]) == chosen
 
 
-# The statistics of the reproduction table (bench/intervals.py), each against a hand
+# The statistics of the reproduction table (simfl.study.intervals), each against a hand
 # computation.
 from simfl.study import intervals  # noqa: E402
 
@@ -365,19 +372,16 @@ def small_table() -> pl.DataFrame:
         for v in p90 for s in range(3)])
 
 
-def test_versus_marks_the_primary_row_and_holm_adjusts_the_others(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    paper_table.versus(small_table(), "fedavg", ["fedavg", "fedavg_sub", "deltafl_0_5"])
-    out = capsys.readouterr().out
+def test_versus_marks_the_primary_row_and_holm_adjusts_the_others() -> None:
+    order = ["fedavg", "fedavg_sub", "deltafl_0_5"]
+    out = "\n".join(paper_paired.versus(small_table(), "fedavg", order))
     # Δ-FL − FedAvg: -2, -3, -2 points: mean -2.33, se 0.577/√3 = 1/3, t = 7 on 2 df,
     # p = 0.0198, half-width 4.3027/3 = 1.434 (primary); FedAvg-Sub − FedAvg: -1, -2, -1:
     # t = 4, p = 0.0572, alone in its family (the primary row stays out, else 0.114),
     # so Holm leaves it
     assert "| deltafl_0_5 | 0, 1, 2 | -2.33 [-3.77, -0.90] | 0.02 (primary) |" in out
     assert "| fedavg_sub | 0, 1, 2 | -1.33 [-2.77, +0.10] | 0.057 (0.057) |" in out
-    paper_table.versus(small_table(), "fedavg_sub", ["fedavg", "fedavg_sub", "deltafl_0_5"],
-                       weighted=True)
-    out = capsys.readouterr().out
+    out = "\n".join(paper_paired.versus(small_table(), "fedavg_sub", order, weighted=True))
     # minus FedAvg-Sub: FedAvg +1.33 (p 0.0572); Δ-FL -1, -1, -1 (sd 0: p = 0, primary);
     # the weighted rows (the same differences) are a family of two, Δ-FL's not primary:
     # 2 · 0 = 0, then max(0, 1 · 0.0572)
@@ -387,9 +391,8 @@ def test_versus_marks_the_primary_row_and_holm_adjusts_the_others(
     assert "| fedavg, sample-weighted | 0, 1, 2 | +1.33 [-0.10, +2.77] | 0.057 (0.057) |" in out
 
 
-def test_ratio_prints_the_fieller_set(capsys: pytest.CaptureFixture[str]) -> None:
-    paper_table.ratio(small_table(), "fedavg_sub", "deltafl_0_5", "fedavg")
-    out = capsys.readouterr().out
+def test_ratio_prints_the_fieller_set() -> None:
+    out = "\n".join(paper_paired.ratio(small_table(), "fedavg_sub", "deltafl_0_5", "fedavg"))
     # (FedAvg-Sub − FedAvg) / (Δ-FL − FedAvg): (-1, -2, -1) over (-2, -3, -2)
     want = intervals.fieller(np.array([-1.0, -2.0, -1.0]), np.array([-2.0, -3.0, -2.0]))
     assert f"| p90 | -1.33 | -2.33 | {want} |" in out
@@ -397,7 +400,7 @@ def test_ratio_prints_the_fieller_set(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_the_c1_rule_reads_the_shift_interval_as_registered() -> None:
-    diff, rule = intervals.Difference, paper_table.c1_verdict
+    diff, rule = intervals.Difference, paper_cells.c1_verdict
     assert rule(diff(-2.2, -2.6, -1.9, 0.001), equivalent=False) == "supported"
     assert rule(diff(-2.2, -2.6, -1.9, 0.001), equivalent=True) == "sufficient"
     assert rule(diff(0.2, -1.1, 1.5, 0.7), equivalent=False) == "not supported"
@@ -405,12 +408,10 @@ def test_the_c1_rule_reads_the_shift_interval_as_registered() -> None:
     assert rule(diff(1.0, 0.5, 1.5, 0.01), equivalent=False) == "undetermined"  # above 0
 
 
-def test_the_paper_table_gives_interval_verdict_and_holm(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_paper_table_gives_interval_verdict_and_holm() -> None:
     table = small_table().with_columns(variant=pl.lit("fedavg"), label=pl.lit("FedAvg"),
                                        seed=pl.int_range(9))
-    paper_table.paper_table(table, ["fedavg"], "linear", weighted=True)
-    out = capsys.readouterr().out
+    out = "\n".join(paper_cells.reproduction_table(table, ["fedavg"], "linear", weighted=True))
     p90 = 100 * table["p90"].to_numpy()
     d = intervals.welch(p90.mean(), p90.std(ddof=1), 9, 49.66, 0.67, 5)
     row = next(line for line in out.splitlines() if line.startswith("| FedAvg | 9 |"))
@@ -419,7 +420,7 @@ def test_the_paper_table_gives_interval_verdict_and_holm(
     assert "| FedAvg, sample-weighted | 9 |" in out
 
 
-# The registered causes' shift rows in docs/reproduction.md: (the row's first cell, the
+# The registered causes' shift rows in docs/reproduction/causes.md: (the row's first cell, the
 # tested sweep, the seeds of that look).
 CAUSE_ROWS = [
     ("**shift, paired by seed (> 100 minus ≥ 100), seeds 0–4**", "linear_pool101", None),
@@ -434,8 +435,7 @@ CAUSE_ROWS = [
 def test_the_one_screen_causes_table_repeats_the_tested_rows() -> None:
     """The one-screen table of the causes gives FedAvg's shift of each second look as
     the detailed rows do (which the test below ties to the kept runs)."""
-    page = [cells(line) for line in (ROOT / "docs" / "reproduction.md").read_text().splitlines()
-            if line.startswith("| ")]
+    page = [cells(line) for line in page_lines("answer", "causes") if line.startswith("| ")]
 
     def row(first: str) -> list[str]:
         return next(c for c in page if c[0] == first)
@@ -449,9 +449,9 @@ def test_the_one_screen_causes_table_repeats_the_tested_rows() -> None:
 @pytest.mark.slow
 def test_the_fedavg_sub_l2_check_in_reproduction_md_is_the_kept_runs() -> None:
     """The ten-seed check against FedAvg-Sub at ℓ2 1e-5 on the page holds what
-    bench/paper_table.py prints from the kept runs, unweighted and sample-weighted."""
+    simfl.study.paper_table prints from the kept runs, unweighted and sample-weighted."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+        [*COMMAND,
          "scenarios/paper/linear_ten_seeds_sub_l2.sweep.toml", "--results", "docs/runs",
          "--versus", "fedavg_sub_l2_1e5", "--weighted", "--ratio", "fedavg_sub_l2_1e5",
          "deltafl_0_5", "fedavg"],
@@ -460,7 +460,7 @@ def test_the_fedavg_sub_l2_check_in_reproduction_md_is_the_kept_runs() -> None:
     diffs = {c[0]: c[2].replace("-", "−") for c in map(cells, paired.splitlines()) if len(c) > 2}
     fieller = {c[0]: c[3].replace("-", "−") for c in map(cells, ratios.splitlines())
                if len(c) > 3}
-    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    lines = page_lines("random_half", "answer")
     start = lines.index("| 10 paired seeds (test p90, points; 95 % intervals) | unweighted "
                         "| sample-weighted |")
     page = {c[0].strip("*"): c[1:] for c in map(cells, lines[start + 2:start + 7])}
@@ -482,14 +482,14 @@ def test_the_fedavg_sub_l2_check_in_reproduction_md_is_the_kept_runs() -> None:
 def test_the_causes_shifts_in_reproduction_md_are_the_kept_runs(row: str, sweep: str,
                                                                  seeds: list[int] | None) -> None:
     """Each cause's shift on the page (FedAvg's and Δ-FL θ = 0.5's test p90 at the tested
-    level minus the protocol's, paired by seed) is what bench/paper_table.py prints from
+    level minus the protocol's, paired by seed) is what simfl.study.paper_table prints from
     the kept runs, at the seeds of that look (``--seeds``)."""
-    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    lines = page_lines("causes")
     page = next(cells(line) for line in lines if line.startswith(f"| {row} |"))
     for column, (versus, rule) in enumerate((("fedavg", "FedAvg"),
                                              ("deltafl_0_5", "Δ-FL θ = 0.5")), start=1):
         out = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+            [*COMMAND,
              "scenarios/paper/linear_history.sweep.toml", "--also",
              f"scenarios/paper/{sweep}.sweep.toml", "--results", "docs/runs", "--versus",
              versus, *(["--seeds", *map(str, seeds)] if seeds else [])],
@@ -503,11 +503,12 @@ def test_the_causes_shifts_in_reproduction_md_are_the_kept_runs(row: str, sweep:
 
 @pytest.mark.slow
 def test_the_ten_seed_answer_in_reproduction_md_is_the_kept_runs() -> None:
-    """The ten-seed table of docs/reproduction.md (the filter against a random half) holds
-    what bench/paper_table.py prints from the kept runs: each rule's tail, simfl − paper,
-    the paired differences unweighted and sample-weighted, and the Fieller ratio."""
+    """The ten-seed table of docs/reproduction/random_half.md (the filter against a random
+    half) holds what simfl.study.paper_table prints from the kept runs: each rule's tail,
+    simfl − paper, the paired differences unweighted and sample-weighted, and the Fieller
+    ratio."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "paper_table.py"),
+        [*COMMAND,
          "scenarios/paper/linear_ten_seeds.sweep.toml", "--results", "docs/runs", "--versus",
          "fedavg_sub", "--weighted", "--ratio", "fedavg_sub", "deltafl_0_5", "fedavg"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -521,7 +522,7 @@ def test_the_ten_seed_answer_in_reproduction_md_is_the_kept_runs() -> None:
     main, rest = out.split("Sample-weighted minus unweighted")
     paired, ratios = rest.split("Each rule minus fedavg_sub")[1].split("ratio [Fieller")
     main_rows, paired_rows, ratio_rows = rows(main), rows(paired), rows(ratios)
-    lines = (ROOT / "docs" / "reproduction.md").read_text().splitlines()
+    lines = page_lines("random_half")
     start = lines.index("| quantity (test error, points; 95 % intervals over 10 paired seeds) "
                         "| unweighted | sample-weighted |")
     page = {c[0]: c[1:] for c in map(cells, lines[start + 2:start + 14])}

@@ -17,7 +17,6 @@ from simfl.plots.runs import (
     last_round_rows,
     plot_availability,
     plot_error_ecdf,
-    plot_error_vs_size,
     plot_error_vs_size_by_rule,
     plot_p90_by_round,
     plot_round_durations,
@@ -27,8 +26,8 @@ from simfl.plots.runs import (
 from simfl.plots.study import pareto_front, plot_final_tail_vs_bytes
 from simfl.tables import cumulative_bytes, error_by_round, tail_vs_bytes
 
-RUN_FIGURES = {"test_error_hist.png", "error_vs_size.png", "error_vs_rounds.png",
-               "p90_vs_bytes.png", "p90_vs_time.png", "round_durations.png"}
+RUN_FIGURES = {"test_error_hist.png", "error_vs_rounds.png", "p90_vs_bytes.png",
+               "p90_vs_time.png", "round_durations.png"}
 
 
 def make_eval(test_errors: dict[int, list[float]],
@@ -166,8 +165,7 @@ def test_plot_run_skips_figures_of_empty_tables(tmp_path: Path) -> None:
     assert [p.name for p in plot_run(run_dir, report=lines.append)] == ["round_durations.png"]
     assert lines == [
         f"simfl: plot {run_dir}: skipped test_error_hist.png, p90_vs_time.png, p90_vs_bytes.png,"
-        " error_vs_size.png, error_vs_rounds.png: eval.parquet is missing or empty (no"
-        " evaluation was recorded)",
+        " error_vs_rounds.png: eval.parquet is missing or empty (no evaluation was recorded)",
         f"simfl: plot {run_dir}: skipped availability.png: availability.parquet is missing or"
         " empty (it is written when a run completes)",
     ]
@@ -251,16 +249,6 @@ def test_round_durations_of_a_long_run_show_the_hourly_mean_in_hours() -> None:
     assert ax.get_xlabel() == "round start, simulated time (h)"
     mean = next(line for line in ax.get_lines() if line.get_label() == "hourly mean")
     assert len(mean.get_xdata()) == 48 and ax.get_xlim()[1] < 50
-
-
-def test_error_vs_size_legend_is_beside_the_points() -> None:
-    fig = plot_error_vs_size(make_eval({3: TEN}, {3: [0.2, 0.9, 0.5]}))
-    fig.draw_without_rendering()
-    ax = fig.axes[0]
-    legend = ax.get_legend()
-    assert legend is not None
-    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # never over the data
-    assert [t.get_text() for t in legend.get_texts()] == ["test (10)", "train (3)"]
 
 
 def test_plot_run_rejects_a_directory_without_tables(tmp_path: Path) -> None:
@@ -477,18 +465,6 @@ def test_tail_vs_bytes_panels_by_population_and_theta_but_not_by_driver() -> Non
     assert fig.get_suptitle().endswith("is above the frame")
 
 
-def test_threshold_estimates_say_how_many_rounds_had_no_finite_estimate() -> None:
-    import polars as pl
-
-    from simfl.plots.study import plot_estimates_over_rounds
-
-    bias = _study_bias((10,)).filter(pl.col("seed") == 0).with_columns(
-        pl.when(pl.col("round") >= 7).then(float("nan")).otherwise(pl.col("estimate"))
-        .alias("estimate"))
-    title = plot_estimates_over_rounds(bias).axes[0].get_title()
-    assert "3 rounds without a finite estimate" in title
-
-
 def test_pareto_front_keeps_the_variants_nobody_beats_in_both() -> None:
     # means: a (1.0, 0.50), b (2.0, 0.40), c (2.0, 0.45) beaten by b, d (3.0, 0.40) by b
     runs = pl.DataFrame({"variant": ["a", "a", "b", "c", "d"],
@@ -670,7 +646,7 @@ def test_plot_format_writes_every_figure_in_that_format(
     from simfl.rundir import RUN_PLOTS
 
     runs = [synthetic_run(tmp_path / f"run{k}", seed=k) for k in range(2)]
-    assert main(["plot", *map(str, runs), "--format", fmt,
+    assert main(["plot", *map(str, runs), "--format", fmt, "--all",
                  "--compare", str(tmp_path / f"cmp.{fmt}")]) == 0
     names = {p.name for p in (runs[0] / "plots").iterdir()}
     assert names == {Path(n).with_suffix(f".{fmt}").name for n in RUN_FIGURES}
@@ -704,7 +680,7 @@ def test_plot_redraws_a_runs_own_figures_and_nothing_else(
     figure = run / "plots" / "error_vs_rounds.png"
     figure.write_bytes(b"stale")
     (run / "plots" / "notes.txt").write_text("mine")
-    assert main(["plot", str(run), "--compare", str(tmp_path / "cmp.png")]) == 0
+    assert main(["plot", str(run), "--all", "--compare", str(tmp_path / "cmp.png")]) == 0
     assert figure.read_bytes().startswith(b"\x89PNG")  # redrawn
     assert (run / "plots" / "notes.txt").read_text() == "mine"
     assert main(["plot", str(run), "--compare", str(tmp_path / "cmp.png")]) == 2

@@ -136,8 +136,6 @@ def test_simfls_own_names_state_their_factories_keys() -> None:
     for registry in plugins.REGISTRIES.values():
         for plugin in registry.builtins():
             factory = plugin.load()
-            if plugin.path.endswith(":build_availability"):
-                continue  # the built-in modes share one builder
             keys, _ = plugins.hyperparameters(registry.point, factory, plugin.name)
             assert keys == plugin.keys, plugin.name
 

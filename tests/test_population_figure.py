@@ -1,4 +1,4 @@
-"""bench/population_figure.py on a hand-made bias table: the per-cell means and 95 %
+"""simfl.study.population_figure on a hand-made bias table: the per-cell means and 95 %
 t-intervals of the driving estimator's terms, counted as the objective prescribes."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from tests.bench_scripts import bench_module
+from simfl.plots import save_figure
+from simfl.study import population_figure as module
 from tests.kept_runs import collected
 
 
@@ -43,7 +44,7 @@ def table() -> pl.DataFrame:
 
 
 def test_cells_are_the_driving_estimator_s_means_and_t_intervals() -> None:
-    cells = bench_module("population_figure").cells(table(), "num_clients")
+    cells = module.cells(table(), "num_clients")
     assert cells["num_clients"].to_list() == [100, 1000]
     assert cells["seeds"].to_list() == [3, 3]
     half = stats.t.ppf(0.975, 2) * 0.01 / 3**0.5  # values 0, 0.01, 0.02: sd 0.01
@@ -56,37 +57,29 @@ def test_cells_are_the_driving_estimator_s_means_and_t_intervals() -> None:
 
 def test_the_script_prints_the_table_and_draws_the_figure(tmp_path: Path) -> None:
     table().write_parquet(tmp_path / "bias.parquet")
-    module = bench_module("population_figure")
     cells = module.cells(table(), "num_clients")
     text = module.markdown(cells, "num_clients")
     assert "| 100 | 20 | 3 | +0.0220 ± " in text
-    module.figure(cells, "num_clients", tmp_path / "f.png")
+    save_figure(module.figure(cells, "num_clients"), tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
 def test_at_most_leaves_out_the_larger_populations(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """--at-most 1000 drops N = 10000 (availability 9 there): the table stops at 1000 and
     the availability slope is the two smaller sizes' (0.01 at 100, -0.01 at 1000)."""
     big = [row(10000, 20, seed, "cohort_exact", rnd, 0.002, 9.0)
            for seed in range(3) for rnd in range(5)]
     pl.concat([table(), pl.DataFrame(big)]).write_parquet(tmp_path / "bias.parquet")
-    module = bench_module("population_figure")
-    monkeypatch.setattr("sys.argv", ["population_figure.py", str(tmp_path), "--at-most", "1e3"])
-    module.main()
+    assert module.main([str(tmp_path), "--at-most", "1e3"]) == 0
     out = capsys.readouterr().out
     assert "| 1000 | 20 | 3 |" in out and "| 10000 |" not in out
     assert "| 20 | 6 | " in out and "-0.0200 ± " in out
-    monkeypatch.setattr("sys.argv", ["population_figure.py", str(tmp_path), "--at-most", "500"])
-    with pytest.raises(SystemExit) as stop:
-        module.main()
-    assert stop.value.code == 2
+    assert module.main([str(tmp_path), "--at-most", "500"]) == 2
     assert "--at-most 500: fewer than two population sizes" in capsys.readouterr().err
 
 
 def test_one_seed_has_a_mean_and_no_interval() -> None:
-    module = bench_module("population_figure")
     cells = module.cells(table().filter(pl.col("seed") == 1), "num_clients")
     assert cells["availability_bias"].to_list() == pytest.approx([0.01, -0.01])
     assert all(h != h for h in cells["availability_bias_half"].to_list())  # nan
@@ -97,7 +90,6 @@ def test_slopes_are_least_squares_per_decade_with_t_intervals() -> None:
     """Per run, availability is +seed/100 at N = 100 and -seed/100 at N = 1000: against
     x = log10 N (2, 3) the slope is mean(-s) - mean(s) = -0.02 per decade; by hand its
     standard error is sqrt(SSE / (n - 2) / Sxx), SSE the residuals around the two means."""
-    module = bench_module("population_figure")
     fit = module.slopes(table(), "num_clients")
     assert fit["clients_per_round"].to_list() == [20] and fit["runs"].to_list() == [6]
     assert fit["availability_bias"][0] == pytest.approx(-0.02)
@@ -118,7 +110,6 @@ def test_cohort_difference_pairs_runs_by_population_and_seed() -> None:
         pl.lit(100, pl.Int64).alias("cohort_size"),
         (0.002 + pl.col("seed") / 1000).alias("sampling_bias"),
         pl.col("run_id").str.replace("clients_per_round=20", "clients_per_round=100"))
-    module = bench_module("population_figure")
     diff = module.cohort_difference(pl.concat([base, other]), "num_clients")
     assert diff["pairs"].to_list() == [6]
     assert diff["sampling_bias"][0] == pytest.approx(-0.001)
@@ -141,7 +132,6 @@ def test_the_page_s_tables_are_the_kept_runs(sweep: str) -> None:
     """Every row of the three tables the script prints from docs/runs/<sweep> (cells,
     slopes per decade, K − K′) stands in docs/population_size.md as printed (minus signs
     typeset)."""
-    module = bench_module("population_figure")
     bias = pl.read_parquet(collected(SWEEPS[sweep]) / "bias.parquet")
     axis = "num_clients"
     printed = "\n".join([module.markdown(module.cells(bias, axis), axis),
@@ -158,7 +148,6 @@ def test_the_page_s_tables_are_the_kept_runs(sweep: str) -> None:
 def test_the_10_3_to_10_5_slopes_the_page_compares_are_the_kept_runs() -> None:
     """The edition-two slopes over N ≤ 10⁵ that the habits section compares with
     (``--at-most 1.1e5``) and H1's 0.0054."""
-    module = bench_module("population_figure")
     bias = pl.read_parquet(collected(SWEEPS["population_size"]) / "bias.parquet")
     bias = bias.filter(pl.col("num_clients") <= 1.1e5)
     slopes = module.slope_markdown(module.slopes(bias, "num_clients"))

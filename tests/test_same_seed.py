@@ -1,4 +1,4 @@
-"""bench/same_seed.py: where two runs of one seed part, round by round."""
+"""simfl.study.same_seed: where two runs of one seed part, round by round."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.bench_scripts import BENCH, bench_module
+from simfl.study.same_seed import compare
 from tests.test_cli import SMALL
 
-SCRIPT = BENCH / "same_seed.py"
+COMMAND = [sys.executable, "-m", "simfl.study.same_seed"]
 
 
 def tables(losses: list[float], kept: list[int], estimate: float) -> dict[str, pl.DataFrame]:
@@ -27,7 +27,7 @@ def tables(losses: list[float], kept: list[int], estimate: float) -> dict[str, p
 def test_a_device_near_the_estimate_that_changes_side_is_named() -> None:
     a = tables([1.0, 2.0, 3.0, 4.0], kept=[2, 3], estimate=2.5)
     b = tables([1.0, 2.6, 2.4, 4.0], kept=[1, 3], estimate=2.5)
-    lines = bench_module("same_seed").compare(a, b, rounds=1)
+    lines = compare(a, b, rounds=1)
     assert lines[0] == ("round 0: same devices True, largest loss gap 6.00e-01 (training "
                         "loss 3.00e-01), estimate 2.500000 / 2.500000, kept 2 / 2, "
                         "status differs for 2")
@@ -43,7 +43,7 @@ def test_two_runs_of_one_seed_on_one_machine_agree_to_the_bit(tmp_path: Path) ->
         subprocess.run([sys.executable, "-m", "simfl", str(scenario), "--out",
                         str(tmp_path / name), "--quiet"], check=True, cwd=tmp_path,
                        capture_output=True)
-    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "a"), str(tmp_path / "b"),
+    out = subprocess.run([*COMMAND, str(tmp_path / "a"), str(tmp_path / "b"),
                           "--rounds", "6", "--keep", str(tmp_path / "kept")],
                          check=True, capture_output=True, text=True).stdout
     rounds = [line for line in out.splitlines() if line.startswith("round ")]
@@ -56,9 +56,8 @@ def test_two_runs_of_one_seed_on_one_machine_agree_to_the_bit(tmp_path: Path) ->
 
 
 def test_bad_input_exits_2_and_keeps_nothing(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none"),
-                           str(tmp_path / "none"), "--keep", str(tmp_path / "kept")],
-                          capture_output=True, text=True)
+    proc = subprocess.run([*COMMAND, str(tmp_path / "none"), str(tmp_path / "none"),
+                           "--keep", str(tmp_path / "kept")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "none/clients.parquet: no such file" in proc.stderr
     assert not (tmp_path / "kept").exists()

@@ -10,30 +10,11 @@ standardised with the training devices' statistics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from simfl.data import femnist, leaf, shakespeare, synthetic
 from simfl.data.own import dirichlet_partition, from_arrays, load_npz_folder
 from simfl.data.packed import ClientData, FederatedData
 from simfl.plugins import DATASETS, build
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
-
-# Each loader's peak memory, estimated before loading (simfl.runs.memory): (bytes, key, what).
-MEMORY_TERMS: dict[str, Callable[[DataConfig], list[tuple[float, str, str]]]] = {
-    "femnist": femnist.memory_terms,
-    "leaf": leaf.memory_terms,
-    "shakespeare": shakespeare.memory_terms,
-    "synthetic": synthetic.memory_terms,
-}
-# A sample's shape and the classes, known before loading (a LEAF directory's are
-# FEMNIST's images at most).
-INPUT_SHAPES: dict[str, Callable[[DataConfig], tuple[tuple[int, ...], int]]] = {
-    "femnist": lambda cfg: ((1, *femnist.IMAGE_SHAPE), femnist.NUM_CLASSES),
-    "leaf": lambda cfg: ((1, *leaf.IMAGE_SHAPE), leaf.IMAGE_NUM_CLASSES),
-    "shakespeare": lambda cfg: ((shakespeare.WINDOW,), shakespeare.NUM_CLASSES),
-    "synthetic": lambda cfg: ((cfg.synthetic.dim,), cfg.synthetic.num_classes),
-}
 
 
 def load_data(cfg: DataConfig, streams: Streams) -> FederatedData:
@@ -44,5 +25,5 @@ def load_data(cfg: DataConfig, streams: Streams) -> FederatedData:
     return data
 
 
-__all__ = ["INPUT_SHAPES", "MEMORY_TERMS", "ClientData", "FederatedData", "dirichlet_partition",
+__all__ = ["ClientData", "FederatedData", "dirichlet_partition",
            "from_arrays", "load_data", "load_npz_folder"]

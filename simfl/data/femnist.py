@@ -35,7 +35,8 @@ NUM_CLASSES = 62
 IMAGE_SHAPE = (28, 28)
 DEFAULT_RELATIVE_PATH = Path("femnist") / "femnist_writers.npz"
 MAKE_IT = ("To make it from LEAF's json or TFF's .h5: python -m simfl data femnist"
-           " --from-leaf DIR | --from-tff FILE.h5 ... --out PATH (README: Getting the data)")
+           " --from-leaf DIR | --from-tff FILE.h5 ... --out PATH"
+           " (docs/usage.md: Getting the data)")
 _CHUNK_ROWS = 4096  # images per step: temporaries (~40 MB) stay below malloc's mmap threshold
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
@@ -194,3 +195,8 @@ def _convert(images: np.ndarray, rows: np.ndarray, lut: np.ndarray) -> torch.Ten
         stop = min(start + _CHUNK_ROWS, len(rows))
         np.take(lut, images[rows[start:stop]], out=out[start:stop, 0])  # 2x lut[...]'s speed
     return torch.from_numpy(out)
+
+
+def input_shape(cfg: DataConfig) -> tuple[tuple[int, ...], int]:
+    """A sample's shape and the classes, before loading (simfl.plugins.HOOKS)."""
+    return (1, *IMAGE_SHAPE), NUM_CLASSES

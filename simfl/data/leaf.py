@@ -167,3 +167,9 @@ def _pack(samples: UserSamples) -> ClientData:
         offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         client_ids=client_ids,
     )
+
+
+def input_shape(cfg: DataConfig) -> tuple[tuple[int, ...], int]:
+    """A sample's shape and the classes, before loading: FEMNIST's images at most
+    (simfl.plugins.HOOKS)."""
+    return (1, *IMAGE_SHAPE), IMAGE_NUM_CLASSES

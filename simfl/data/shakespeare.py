@@ -165,3 +165,9 @@ def _pack(roles: list[tuple[str, np.ndarray, np.ndarray]], path: Path) -> Client
                            .astype(np.int64)),
         offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         client_ids=np.array(ids, dtype=str))
+
+
+def input_shape(cfg: DataConfig) -> tuple[tuple[int, ...], int]:
+    """A sample's shape (its window of character indices) and the classes, before
+    loading (simfl.plugins.HOOKS)."""
+    return (WINDOW,), NUM_CLASSES

@@ -67,6 +67,7 @@ import math
 import numpy as np
 import torch
 
+from simfl.data.known import KeySizes
 from simfl.data.packed import CHUNK_BYTES, ClientData, FederatedData, GeneratedClients
 from simfl.data.split import check_vectors, federate, split_clients
 from simfl.rng import Streams
@@ -316,3 +317,27 @@ class SyntheticDevices:
         bias = own[:, d * c:] + self.biases[group]
         centre = (feature_mean + z[:, 3 + d * c + c:self.num_params]) * self.inv_std
         return weights, bias, centre
+
+
+def input_shape(data: DataConfig) -> tuple[tuple[int, ...], int]:
+    """A sample's shape and the classes, from the keys (simfl.plugins.HOOKS)."""
+    return (data.synthetic.dim,), data.synthetic.num_classes
+
+
+def sizes(data: DataConfig) -> KeySizes:
+    """The devices and samples the keys fix (simfl.plugins.HOOKS): ``num_clients``
+    clients (``max_clients`` of them if set), ``test_client_fraction`` of them unseen
+    test devices, at most LEAF's cap of samples a client and :func:`mean_samples`
+    expected; exact when no client can fall below ``min_samples_per_client`` and no
+    validation split is made."""
+    cfg = data.synthetic
+    n = min(cfg.num_clients, data.max_clients) if data.max_clients else cfg.num_clients
+    test = min(max(round(data.test_client_fraction * n), 1), max(n - 1, 0))
+    return KeySizes(
+        train=n - test, devices=n, clients=cfg.num_clients,
+        key=f"'data.synthetic.num_clients' = {cfg.num_clients}",
+        most_samples=float(max(MAX_SAMPLES_PER_CLIENT, cfg.min_samples)),
+        total_samples=cfg.num_clients * mean_samples(cfg),
+        shape_keys=(f" with 'data.synthetic.num_classes' = {cfg.num_classes} with "
+                    f"'data.synthetic.dim' = {cfg.dim}"),
+        exact=data.validation_fraction == 0 and data.min_samples_per_client <= cfg.min_samples)

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from simfl.errors import InputError
 from simfl.metrics import TAIL_LEVEL, error_summary
-from simfl.plots import new_axes, save_figure
+from simfl.plots import honest_ylim, new_axes, save_figure
 from simfl.plugins import registered_filters_by_threshold
 from simfl.records import read_table, table_exists
 from simfl.rundir import FIGURE_FORMATS, PLOTS_DIR, manifest_or_empty
@@ -143,24 +143,6 @@ def plot_p90_by_round(runs: pl.DataFrame, title: str) -> Figure:
     return fig
 
 
-def plot_error_vs_size(eval_df: pl.DataFrame) -> Figure:
-    """Per-device error vs local data size at the last eval round, one marker per split."""
-    rows = last_round_rows(eval_df)
-    fig, ax = new_axes()
-    for split, marker, color in (("test", "o", "C0"), ("train", "^", "C2")):
-        part = rows.filter(pl.col("split") == split)
-        if part.height:
-            ax.scatter(part["num_samples"].to_numpy(), part["error"].to_numpy(), s=14,
-                       marker=marker, color=color, alpha=0.6, label=f"{split} ({part.height})")
-    ax.set_xscale("log")
-    ax.set(xlabel="local data size (samples, log scale)", ylabel="per-device error",
-           title=f"Error vs data size after round {rows['round'][0]}")
-    # beside the axes, not on them: the points fill the whole error range
-    ax.legend(title="split (devices)", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              fontsize="small")
-    return fig
-
-
 def plot_error_vs_size_by_rule(errors: pl.DataFrame, title: str) -> Figure:
     """Per-device test error against local data size, one colour per ``label`` (columns
     label, num_samples, error): the Δ-FL papers' scatter, which shows whether a rule
@@ -206,6 +188,7 @@ def plot_p90_vs_bytes(eval_df: pl.DataFrame, rounds_df: pl.DataFrame) -> Figure:
     _plot_tail_vs_bytes(ax, table, divisor, "test")
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
            ylabel=f"test error, {P90_LABEL}", title="Communication vs tail error")
+    honest_ylim([ax])
     return fig
 
 
@@ -216,6 +199,7 @@ def plot_p90_vs_time(eval_df: pl.DataFrame) -> Figure:
     ax.plot(test["t_s"].to_numpy() / SECONDS_PER_HOUR, test["p90"].to_numpy(), marker=".")
     ax.set(xlabel="simulated time (h)", ylabel=f"test error, {P90_LABEL}",
            title="Tail error vs simulated time")
+    honest_ylim([ax])
     return fig
 
 
@@ -328,8 +312,12 @@ def _read_table(run_dir: Path, name: str) -> pl.DataFrame | None:
     return table if table.height else None
 
 
-RUN_FIGURES = ("test_error_hist.png", "p90_vs_time.png", "p90_vs_bytes.png", "error_vs_size.png",
+RUN_FIGURES = ("test_error_hist.png", "p90_vs_time.png", "p90_vs_bytes.png",
                "error_vs_rounds.png", "round_durations.png", "availability.png")
+# Figures earlier versions of simfl drew and this one does not: plot removes a stale copy.
+# error_vs_size (each device's error against its data size, one run) answered no question
+# a run's other figures leave open; simfl.study.paper_table --scatter compares rules on it.
+RETIRED_FIGURES = ("error_vs_size.png",)
 ASYNC_FIGURES = ("staleness.png",)  # asynchronous runs only; a sync run does not skip it
 
 
@@ -356,10 +344,9 @@ def _figure_makers(
         if rounds is not None:
             makers["p90_vs_bytes.png"] = partial(plot_p90_vs_bytes, ev, rounds)
     if ev is not None:
-        makers["error_vs_size.png"] = partial(plot_error_vs_size, ev)
         makers["error_vs_rounds.png"] = partial(plot_error_vs_rounds, ev)
     else:
-        skipped["error_vs_size.png"] = skipped["error_vs_rounds.png"] = no_eval
+        skipped["error_vs_rounds.png"] = no_eval
     no_rounds = "rounds.parquet is missing or empty (no round was recorded)"
     if rounds is not None:
         makers["round_durations.png"] = partial(plot_round_durations, rounds)
@@ -385,7 +372,8 @@ def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr,
     """Write the figures of one run into run_dir/plots as ``fmt`` files (png, pdf or svg:
     :data:`simfl.rundir.FIGURE_FORMATS`); return the written paths.
 
-    A figure already there is redrawn without asking: a run's plots/ folder is simfl's
+    A figure already there is redrawn without asking (and one of
+    :data:`RETIRED_FIGURES` removed): a run's plots/ folder is simfl's
     (part of the run's layout, :data:`simfl.rundir.RUN_PLOTS`, which ``--overwrite``
     deletes with the run), and its figures are drawn from the run's own tables, so
     redrawing loses nothing; ``plot`` is meant to be run again as an unfinished run
@@ -404,6 +392,9 @@ def plot_run(run_dir: Path, report: Callable[[str], None] | None = _stderr,
                                        for t in ("eval", "rounds", "availability", "clients")))
     written = [save_figure(make(), run_dir / PLOTS_DIR / with_format(filename, fmt))
                for filename, make in makers.items()]
+    for retired in RETIRED_FIGURES:
+        for other in FIGURE_FORMATS:
+            (run_dir / PLOTS_DIR / with_format(retired, other)).unlink(missing_ok=True)
     if report is not None:
         for line in skip_lines(f"plot {run_dir}", RUN_FIGURES, skipped, fmt):
             report(line)
@@ -446,6 +437,7 @@ def compare_runs(run_dirs: list[Path], out: Path, split: str = "test") -> Path:
     ax.set(xlabel=f"cumulative communication, down + up ({unit})",
            ylabel=f"{SPLIT_NAMES[split]} error, {P90_LABEL}", title="Communication vs tail error")
     ax.legend(title="run")
+    honest_ylim([ax])
     return save_figure(fig, out)
 
 
@@ -472,6 +464,7 @@ def compare_runs_vs_time(run_dirs: list[Path], out: Path, split: str = "test") -
            ylabel=f"{SPLIT_NAMES[split]} error, {P90_LABEL}",
            title="Tail error vs simulated time")
     ax.legend(title="run", fontsize="small")
+    honest_ylim([ax])
     return save_figure(fig, out)
 
 

@@ -29,8 +29,9 @@ from matplotlib.ticker import NullFormatter
 
 from simfl.plots import new_axes, save_figure
 from simfl.plots.runs import P90_LABEL, byte_unit, skip_lines, with_format
+from simfl.plots.threshold import plot_estimates_over_rounds
 from simfl.records import read_table, table_exists
-from simfl.rundir import COLLECT_MARK, PLOTS_DIR, SWEEP_FIGURES
+from simfl.rundir import COLLECT_MARK, PLOTS_DIR, STUDY_FIGURES
 from simfl.tables import tail_vs_bytes
 
 RUN_KEYS = ("run_id",)
@@ -92,23 +93,6 @@ def per_run_bias(bias: pl.DataFrame, axes: list[str]) -> pl.DataFrame:
         pl.col("bias").mean(), pl.col("bias").abs().mean().alias("abs_bias"),
         pl.col("conformity_gap").mean(), pl.col("protocol_bytes").mean(),
         pl.col("secure_sums").mean(), pl.col("cohort_size").mean(), *causes).sort(keys)
-
-
-def plot_estimates_over_rounds(bias: pl.DataFrame) -> Figure:
-    """One run: every estimator's η̂ per round and the population quantile where known."""
-    fig, ax = new_axes((7.0, 4.5))
-    missing = bias.filter(pl.col("estimate").is_null() | pl.col("estimate").is_nan())
-    sns.lineplot(bias.to_pandas(), x="round", y="estimate", hue="estimator", ax=ax, lw=0.8)
-    oracle = bias.filter(pl.col("oracle_quantile").is_not_null()).unique("round").sort("round")
-    if oracle.height:
-        ax.plot(oracle["round"], oracle["oracle_quantile"], "k.", ms=5,
-                label="population quantile")
-        ax.legend(fontsize="small")
-    gaps = (f" ({missing['round'].n_unique()} rounds without a finite estimate, not drawn)"
-            if missing.height else "")
-    ax.set(xlabel="round", ylabel="threshold η̂ (loss)",
-           title=f"Threshold estimates, θ = {bias['theta'][0]:g}{gaps}")
-    return fig
 
 
 DECOMPOSITION = ("sampling_bias", "availability_bias", "selection_bias")
@@ -498,7 +482,7 @@ def _sweep_figures(out_dir: Path, bias: pl.DataFrame
 
 def plot_sweep(out_dir: Path, report: Callable[[str], None] | None = None) -> list[Path]:
     """The study's figures from a collected sweep directory (some of
-    :data:`simfl.runs.sweep.SWEEP_FIGURES`, marked as collect's); returns the PNGs written.
+    :data:`simfl.rundir.STUDY_FIGURES`, marked as collect's); returns the PNGs written.
     ``report`` (None: silent) is told which figures are skipped and why, one line per
     reason: ``simfl: collect DIR: skipped a.png, b.png: <reason>``."""
     out_dir = Path(out_dir)
@@ -506,11 +490,11 @@ def plot_sweep(out_dir: Path, report: Callable[[str], None] | None = None) -> li
     if bias.height:
         figures, skipped = _sweep_figures(out_dir, bias)
     else:
-        figures, skipped = {}, dict.fromkeys(SWEEP_FIGURES, (
+        figures, skipped = {}, dict.fromkeys(STUDY_FIGURES, (
             "bias.parquet is empty (no run logged a threshold estimate: the study's "
             "figures need Δ-FL runs)"))
     if report is not None:
-        for line in skip_lines(f"collect {out_dir}", SWEEP_FIGURES, skipped):
+        for line in skip_lines(f"collect {out_dir}", STUDY_FIGURES, skipped):
             report(line)
     return [save_figure(make(), out_dir / PLOTS_DIR / name, COLLECT_MARK)
             for name, make in figures.items()]

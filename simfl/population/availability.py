@@ -25,14 +25,12 @@ from simfl.population.diurnal import (
     GRID_STEP_S,
     ProfileRates,
     diurnal_hazards,
-    diurnal_intervals,
     online_prob,
 )
 from simfl.population.habits import (
     HabitRates,
     Habits,
     class_sessions_per_day,
-    habit_intervals,
     propensity,
 )
 from simfl.population.table import DeviceTable
@@ -45,9 +43,10 @@ from simfl.population.trace_map import (
     map_trace,
 )
 from simfl.rng import Streams
-from simfl.scenario import MODELLED_RATES, AvailabilityConfig
+from simfl.scenario import AvailabilityConfig
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_KEY = "population.availability.mode"
 # The diurnal precomputation holds ~48 bytes per online interval at its peak: refuse a
 # configuration that needs more than this many intervals (~5 GB) before drawing any.
 MAX_INTERVALS = 100_000_000
@@ -317,36 +316,48 @@ def always_online(region_idx: np.ndarray, num_regions: int) -> Availability:
                           region_idx, num_regions)
 
 
-def build_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
-                       habits: Habits | None = None,
-                       covariate: np.ndarray | None = None) -> Availability:
-    """The availability of ``devices`` for the configured mode (always / diurnal / habits /
-    trace, or a plug-in's: simfl.plugins.AVAILABILITY); ``habits``: each device's, for
-    mode ``habits``; ``covariate``: each device's population.covariate, for a trace
-    coupled to it (:func:`trace_availability`)."""
-    num_regions = len(devices.region_names)
-    if cfg.mode == "always":
-        return always_online(devices.region_idx, num_regions)
-    if cfg.mode == "trace":
-        return trace_availability(cfg, devices, streams, covariate)[0]
-    if cfg.mode not in ("diurnal", "habits"):
-        mode = AVAILABILITY.lookup(cfg.mode, "population.availability.mode")
-        made: Availability = build(mode, "population.availability.mode", cfg, cfg, devices,
-                                   streams, expect=Availability)
-        return made
-    check_diurnal_work(cfg, devices.num_devices, habits)
-    rng = streams.numpy("availability")
-    if habits is not None:
-        intervals = habit_intervals(devices.utc_offset_s, habits, cfg.horizon_s, rng)
-    else:
-        intervals = diurnal_intervals(devices.utc_offset_s, cfg.online_prob_by_hour,
-                                      cfg.session_mean_s, cfg.horizon_s, rng)
-    availability = from_csr(*intervals, devices.region_idx, num_regions, cfg.horizon_s)
-    if availability.t_on_s.size == 0:
-        raise InputError("population.availability: no device is ever online before "
-                         f"horizon_s = {cfg.horizon_s:.0f} s (online_prob_by_hour too low "
-                         f"for {devices.num_devices} devices)")
-    return availability
+@dataclass(frozen=True)
+class Drawn:
+    """What an availability mode draws for the training devices: their availability and
+    what a run keeps beside it (devices.parquet, the ipw_known oracle)."""
+
+    availability: Availability
+    habits: Habits | None = None  # each device's own habits (mode habits)
+    trace: MappedTrace | None = None  # the trace device each replays (mode trace)
+
+
+def build_availability(cfg: AvailabilityConfig, devices: DeviceTable,
+                       streams: Streams) -> Availability:
+    """The availability of ``devices`` for the configured mode: its factory's
+    (simfl.plugins.AVAILABILITY; simfl's own are in simfl.population.modes)."""
+    mode = AVAILABILITY.lookup(cfg.mode, _KEY)
+    made: Availability = build(mode, _KEY, cfg, cfg, devices, streams, expect=Availability)
+    return made
+
+
+def populate(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
+             covariate: np.ndarray | None = None) -> Drawn:
+    """The training devices' availability and what the mode keeps beside it: its
+    ``populate`` hook's (habits, a trace: tied to each device's population.covariate),
+    else its factory's intervals alone. A plug-in's hook that returns no Drawn is an
+    InputError naming it."""
+    mode = AVAILABILITY.lookup(cfg.mode, _KEY)
+    made = mode.hook("populate", _KEY)
+    if made is None:
+        return Drawn(build_availability(cfg, devices, streams))
+    drawn = made(cfg, devices, streams, covariate)
+    if not isinstance(drawn, Drawn):
+        raise InputError(f"'{_KEY}' = {mode.name!r}: its populate hook returned a "
+                         f"{type(drawn).__name__}, not a simfl.population.availability.Drawn")
+    return drawn
+
+
+def device_habits(cfg: AvailabilityConfig, devices: DeviceTable, covariate: np.ndarray | None,
+                  streams: Streams) -> Habits | None:
+    """Each device's own habits where the mode draws them (its ``habits`` hook); None
+    otherwise."""
+    draw = AVAILABILITY.lookup(cfg.mode, _KEY).hook("habits", _KEY)
+    return None if draw is None else draw(cfg, devices, covariate, streams)
 
 
 def trace_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: Streams,
@@ -379,18 +390,18 @@ def trace_availability(cfg: AvailabilityConfig, devices: DeviceTable, streams: S
 def known_rates(cfg: AvailabilityConfig, devices: DeviceTable, habits: Habits | None = None,
                 trace: MappedTrace | None = None
                 ) -> ProfileRates | HabitRates | TraceRates | None:
-    """The true online probability of each device: the model's, or a trace's own
-    empirical rates by local hour (``trace``: the trace mapped onto ``devices``;
-    simfl.population.trace_map.TraceRates); None for a plug-in's, whose rates no model
-    states, or a trace not given. The oracle of the ``ipw_known`` estimator."""
-    if cfg.mode == "trace":
-        return None if trace is None else TraceRates(trace, devices.utc_offset_s)
-    if cfg.mode not in MODELLED_RATES:  # a plug-in's
+    """The true online probability of each device, for a mode that states it (its
+    ``rates`` hook): each device's ``habits`` where given, else the mode's (a trace's:
+    its own empirical rates by local hour, ``trace`` the trace mapped onto ``devices``,
+    None without it; simfl.population.trace_map.TraceRates); None for a mode without
+    rates. The oracle of the ``ipw_known`` estimator."""
+    rates = AVAILABILITY.lookup(cfg.mode, _KEY).hook("rates", _KEY)
+    if rates is None:
         return None
     if habits is not None:
         return HabitRates(devices.utc_offset_s, habits)
-    profile = (1.0,) * 24 if cfg.mode == "always" else cfg.online_prob_by_hour
-    return ProfileRates(devices.utc_offset_s, profile)
+    stated: ProfileRates | TraceRates | None = rates(cfg, devices, trace)
+    return stated
 
 
 def check_work_bytes(need_bytes: float, what: str, fix: str = "") -> None:
@@ -522,8 +533,8 @@ def habit_columns(cfg: AvailabilityConfig, num_devices: int, habits: Habits | No
         return {"propensity": propensity(habits), "logit_shift": habits.logit_shift,
                 "phase_h": habits.phase_s / 3600.0, "session_mean_s": habits.session_mean_s,
                 "engaged_share": habits.engaged, "charge_start_h": habits.charge_start_h}
-    share = {"always": 1.0, "diurnal": float(np.mean(cfg.online_prob_by_hour))}
-    session = cfg.session_mean_s if cfg.mode == "diurnal" else math.nan
-    return {"propensity": np.full(num_devices, share.get(cfg.mode, math.nan)),
+    profile = AVAILABILITY.lookup(cfg.mode, _KEY).hook("profile", _KEY)
+    share, session = (math.nan, math.nan) if profile is None else profile(cfg)
+    return {"propensity": np.full(num_devices, share),
             "logit_shift": np.zeros(num_devices), "phase_h": np.zeros(num_devices),
             "session_mean_s": np.full(num_devices, session), **plain}

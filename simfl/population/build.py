@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simfl.population.availability import Availability, build_availability, trace_availability
+from simfl.population.availability import Availability, device_habits, populate
 from simfl.population.devices import build_devices, default_data_dir
-from simfl.population.habits import Habits, draw_habits
+from simfl.population.habits import Habits
 from simfl.population.network import NetworkPaths, build_topology, network_paths
 from simfl.population.table import DeviceTable
 from simfl.population.trace_map import MappedTrace
@@ -59,16 +59,12 @@ def build_population(cfg: PopulationConfig, num_devices: int, covariate: np.ndar
     whose draws leave the training devices' as they are without them."""
     devices = build_devices(cfg, num_devices, covariate, streams, default_data_dir(),
                             model_name)
-    habits = _habits(cfg, devices, covariate, streams)
-    trace = None
-    if cfg.availability.mode == "trace":
-        availability, trace = trace_availability(cfg.availability, devices, streams, covariate)
-    else:
-        availability = build_availability(cfg.availability, devices, streams, habits)
+    drawn = populate(cfg.availability, devices, streams, covariate)
     paths = network_paths(devices, build_topology(devices.region_names, cfg.network))
     unseen = (build_unseen(cfg, num_unseen, unseen_covariate, streams, model_name)
               if num_unseen else None)
-    return Population(devices, availability, paths, habits, covariate, unseen, trace)
+    return Population(devices, drawn.availability, paths, drawn.habits, covariate, unseen,
+                      drawn.trace)
 
 
 def unseen_streams(streams: Streams) -> Streams:
@@ -87,15 +83,5 @@ def build_unseen(cfg: PopulationConfig, num_devices: int, covariate: np.ndarray 
     shares, compute, links, habits of ``cfg``) from :func:`unseen_streams`."""
     own = unseen_streams(streams)
     devices = build_devices(cfg, num_devices, covariate, own, default_data_dir(), model_name)
-    return UnseenDevices(devices, _habits(cfg, devices, covariate, own), covariate)
-
-
-def _habits(cfg: PopulationConfig, devices: DeviceTable, covariate: np.ndarray | None,
-            streams: Streams) -> Habits | None:
-    """Each device's availability habits (mode ``habits``; None otherwise), from the
-    stream ``population.habits``."""
-    avail = cfg.availability
-    if avail.mode != "habits":
-        return None
-    return draw_habits(avail.habits, avail.online_prob_by_hour, avail.session_mean_s,
-                       devices.region_idx, covariate, streams.numpy("population.habits"))
+    return UnseenDevices(devices, device_habits(cfg.availability, devices, covariate, own),
+                         covariate)

@@ -58,8 +58,9 @@ def check_trace_devices(cfg: AvailabilityConfig, num_devices: int,
     """InputError (one line) when the trace cannot be mapped onto ``num_devices`` data
     devices: ``identity`` with another count, ``sample`` with fewer trace devices, or a
     trace with none. ``num_trace``: the trace's device count (default: read from the
-    file, its metadata or its client_idx column alone)."""
-    if cfg.mode != "trace" or not cfg.trace_path:
+    file, its metadata or its client_idx column alone). The trace mode's ``check_devices``
+    hook (simfl.plugins.AVAILABILITY)."""
+    if not cfg.trace_path:
         return
     t = trace_device_count(cfg.trace_path) if num_trace is None else num_trace
     where = f"{cfg.trace_path} (population.availability.trace_path)"

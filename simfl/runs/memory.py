@@ -28,20 +28,23 @@ from __future__ import annotations
 import math
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from simfl.data.known import KeySizes
 from simfl.errors import InputError
-from simfl.plugins import filters_by_threshold
+from simfl.plugins import AVAILABILITY, DATASETS, Plugin, filters_by_threshold
 from simfl.quantile.panel import DAYS_READERS
 from simfl.scenario import Scenario
 
 LIMIT_ENV = "SIMFL_MEMORY_LIMIT_BYTES"
+_MODE_KEY = "population.availability.mode"
 # (bytes, the key that drives them as "'key' = value" or "" for none, what they are)
 Term = tuple[float, str, str]
 # Training copies per cohort member of the model's parameters (parameters, gradient,
@@ -128,12 +131,10 @@ def estimate(scenario: Scenario, work: str = "run") -> list[Term]:
     its model trained over a cohort, its Monte-Carlo draws. A data set without an estimate
     of its own (npz_folder, a plug-in: simfl.plugins) adds no data term, nor device
     terms (its device count is known only once it is loaded), nor a model term (nor
-    its input shape)."""
-    from simfl.data import MEMORY_TERMS  # the loaders' own estimates
-
-    data_terms = MEMORY_TERMS.get(scenario.data.dataset, lambda cfg: [])
+    its input shape): the data set's hooks (simfl.plugins.HOOKS) say what is known."""
+    data_terms = _dataset_hook(scenario, "memory_terms")  # the loader's own estimate
     terms: list[Term] = [(float(RUNTIME_BYTES), "", "the libraries (torch, numpy, polars)"),
-                         *data_terms(scenario.data)]
+                         *(data_terms(scenario.data) if data_terms else [])]
     drawn = _population_term(scenario, INTERVAL_BYTES)
     if work != "run":
         return [*terms, drawn]
@@ -147,52 +148,43 @@ def estimate(scenario: Scenario, work: str = "run") -> list[Term]:
                            "(beyond what the rounds take later)"), *rounds]
 
 
+def _dataset_hook(scenario: Scenario, name: str) -> Callable[..., Any] | None:
+    return DATASETS.lookup(scenario.data.dataset, "data.dataset").hook(name, "data.dataset")
+
+
+def key_sizes(scenario: Scenario) -> KeySizes | None:
+    """The devices and samples the scenario's data keys fix (its data set's ``sizes``
+    hook: synthetic data's); None where only loading it tells."""
+    sizes = _dataset_hook(scenario, "sizes")
+    return None if sizes is None else sizes(scenario.data)
+
+
 def devices_from_keys(scenario: Scenario) -> tuple[int, int]:
     """(training devices, all devices) of the scenario's data where its keys say
-    (synthetic data); (0, 0) where only loading it tells."""
-    data = scenario.data
-    if data.dataset != "synthetic":
-        return 0, 0
-    n = data.synthetic.num_clients
-    if data.max_clients:
-        n = min(n, data.max_clients)
-    test = min(max(round(data.test_client_fraction * n), 1), max(n - 1, 0))
-    return n - test, n
+    (:func:`key_sizes`); (0, 0) where only loading it tells."""
+    sizes = key_sizes(scenario)
+    return (0, 0) if sizes is None else (sizes.train, sizes.devices)
 
 
 def _devices_key(scenario: Scenario) -> str:
-    return f"'data.synthetic.num_clients' = {scenario.data.synthetic.num_clients}"
+    sizes = key_sizes(scenario)
+    return "'data.dataset'" if sizes is None else sizes.key
+
+
+def _mode(scenario: Scenario) -> Plugin:
+    return AVAILABILITY.lookup(scenario.population.availability.mode, _MODE_KEY)
 
 
 def intervals_per_device(scenario: Scenario) -> float:
-    """A device's expected online intervals over the availability's horizon: one when
-    always online; in the diurnal model its online share over the mean session, plus
-    the session under way at the horizon (habits: sessions lognormal around the mean,
-    whose inverse has mean exp(sd^2) / mean); a trace's rows per device; 0 for a
-    plug-in's (unknown)."""
-    cfg = scenario.population.availability
-    if cfg.mode == "always":
-        return 1.0
-    if cfg.mode in ("diurnal", "habits"):
-        spread = math.exp(cfg.habits.session_log_sd ** 2) if cfg.mode == "habits" else 1.0
-        return cfg.horizon_s * float(np.mean(cfg.online_prob_by_hour)) * spread \
-            / cfg.session_mean_s + 1.0
-    if cfg.mode == "trace":
-        train, _ = devices_from_keys(scenario)
-        return _trace_rows(Path(cfg.trace_path)) / train if train else 0.0
-    return 0.0
-
-
-def _trace_rows(path: Path) -> float:
-    """Intervals of a trace file: a Parquet file's rows (from its footer), a CSV file's
-    by its size (about 40 bytes a row); 0 if it cannot be read (its loader says why)."""
-    with suppress(Exception):
-        if path.suffix.lower() == ".parquet":
-            import pyarrow.parquet as pq
-
-            return float(pq.ParquetFile(path).metadata.num_rows)
-        return path.stat().st_size / 40
-    return 0.0
+    """A device's expected online intervals over the availability's horizon, its mode's
+    ``intervals`` hook (simfl.population.modes: one when always online; in the diurnal
+    model its online share over the mean session, plus the session under way at the
+    horizon; a trace's rows per device); 0 for a mode without one (unknown)."""
+    count = _mode(scenario).hook("intervals", _MODE_KEY)
+    if count is None:
+        return 0.0
+    per_device: float = count(scenario.population.availability, devices_from_keys(scenario)[0])
+    return per_device
 
 
 def _population_term(scenario: Scenario, interval_bytes: float) -> Term:
@@ -204,7 +196,7 @@ def _population_term(scenario: Scenario, interval_bytes: float) -> Term:
     intervals = train * per_device
     cfg = scenario.population.availability
     key = _devices_key(scenario) if train else "'data.dataset'"
-    if cfg.mode in ("diurnal", "habits"):
+    if "session_mean_s" in _mode(scenario).reads:  # the modes of sessions
         key += (f" with 'population.availability.session_mean_s' = {cfg.session_mean_s!r} "
                 f"over 'population.availability.horizon_s' = {cfg.horizon_s!r}")
     return (DEVICE_BYTES * devices + interval_bytes * intervals, key,
@@ -226,7 +218,8 @@ def _state_terms(scenario: Scenario) -> list[Term]:
     days = bool(DAYS_READERS & names)
     copies = 1 + (est.checkin_memory_days + 1 if est.checkin_memory_days else 0)
     cfg = scenario.population.availability
-    online = 1.0 if cfg.mode == "always" else float(np.mean(cfg.online_prob_by_hour))
+    profile = _mode(scenario).hook("profile", _MODE_KEY)  # its online share where stated
+    online = profile(cfg)[0] if profile else float(np.mean(cfg.online_prob_by_hour))
     # rounds of a UTC day: they open at most every round_interval_s (a deadline or a
     # minute of training at the least otherwise)
     round_s = max(server.round_interval_s, server.deadline_s, 60.0)
@@ -258,12 +251,12 @@ def _model_terms(scenario: Scenario) -> list[Term]:
     minibatch holds at most a client's samples and an evaluation batch at most a pass's
     (where the data's keys bound them), so a batch size beyond those costs nothing more;
     each term names the keys that drive it."""
-    from simfl.data import INPUT_SHAPES
     from simfl.train import build_model
 
-    if scenario.data.dataset not in INPUT_SHAPES:
+    input_shape = _dataset_hook(scenario, "input_shape")
+    if input_shape is None:
         return [(0.0, "'data.dataset'", "the model")]
-    shape, classes = INPUT_SHAPES[scenario.data.dataset](scenario.data)
+    shape, classes = input_shape(scenario.data)
     try:
         with torch.device("meta"):
             model = build_model(scenario.model.name, shape, classes, scenario.model.bias,
@@ -276,11 +269,8 @@ def _model_terms(scenario: Scenario) -> list[Term]:
     server = scenario.server
     key = "concurrency" if server.concurrency > server.clients_per_round else "clients_per_round"
     members = f"'server.{key}' = {getattr(server, key)}"
-    shaped = ""
-    if scenario.data.dataset == "synthetic":  # the model's size is the scenario's too
-        syn = scenario.data.synthetic
-        shaped = (f" with 'data.synthetic.num_classes' = {syn.num_classes} with "
-                  f"'data.synthetic.dim' = {syn.dim}")
+    sizes = key_sizes(scenario)
+    shaped = "" if sizes is None else sizes.shape_keys  # the model's size is the keys' too
     most, total = _samples_bounds(scenario)
     train_batch = min(scenario.train.batch_size, most)
     eval_batch = min(scenario.eval.batch_size, total)
@@ -315,14 +305,10 @@ def _mifa_terms(scenario: Scenario, model_bytes: float, shaped: str) -> list[Ter
 
 def _samples_bounds(scenario: Scenario) -> tuple[float, float]:
     """(the most samples a client can have, the samples of every device) where the data's
-    keys say (synthetic data: LEAF's cap, the expected count); inf where they do not."""
-    if scenario.data.dataset != "synthetic":
-        return math.inf, math.inf
-    from simfl.data.synthetic import MAX_SAMPLES_PER_CLIENT, mean_samples
-
-    cfg = scenario.data.synthetic
-    return (float(max(MAX_SAMPLES_PER_CLIENT, cfg.min_samples)),
-            cfg.num_clients * mean_samples(cfg))
+    keys say (:func:`key_sizes`; synthetic data: LEAF's cap, the expected count); inf
+    where they do not."""
+    sizes = key_sizes(scenario)
+    return (math.inf, math.inf) if sizes is None else (sizes.most_samples, sizes.total_samples)
 
 
 def _cohort(scenario: Scenario) -> int:
@@ -330,9 +316,8 @@ def _cohort(scenario: Scenario) -> int:
     server = scenario.server
     asked = max(math.ceil(server.clients_per_round * (1 + server.over_selection)),
                 server.concurrency)
-    if scenario.data.dataset == "synthetic":
-        return min(asked, scenario.data.synthetic.num_clients)
-    return asked
+    sizes = key_sizes(scenario)
+    return asked if sizes is None else min(asked, sizes.clients)
 
 
 def _draws_term(scenario: Scenario) -> Term:

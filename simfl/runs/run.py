@@ -35,7 +35,7 @@ from simfl.population.build import Population, build_population
 from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE, TRAIN_TO_FORWARD, describe_origin
 from simfl.population.habits import Habits
 from simfl.population.table import DeviceTable
-from simfl.population.trace_map import MappedTrace, check_trace_devices
+from simfl.population.trace_map import MappedTrace
 from simfl.quantile.panel import EstimatorPanel
 from simfl.records import (
     AvailabilityRows,
@@ -66,7 +66,7 @@ from simfl.runs.checkpoint import (
     load_checkpoint,
     signals_deferred,
 )
-from simfl.runs.memory import check_memory, devices_from_keys, peak_bytes, reset_peak
+from simfl.runs.memory import check_memory, key_sizes, peak_bytes, reset_peak
 from simfl.runs.replay import JournaledLearner
 from simfl.scenario import (
     EstimatorConfig,
@@ -194,7 +194,7 @@ def torch_threads(n: int) -> Iterator[None]:
     """Within the block torch uses ``n`` intra-op threads (``train.threads``; 0 leaves
     torch's default, one per core). Float sums depend on the thread count, so a run is
     reproducible at a given ``n``; one thread also keeps small ops fast beside other
-    busy processes (README, "Threads")."""
+    busy processes (docs/usage.md, "Threads")."""
     if n == 0:
         yield
         return
@@ -250,16 +250,19 @@ def _build(scenario: Scenario) -> _Built:
 
 
 def check_trace_before_data(scenario: Scenario) -> None:
-    """InputError (one line) for an availability trace that cannot be mapped onto the
-    training devices (simfl.population.trace_map.check_trace_devices), before the data
-    are loaded where the scenario's keys fix how many there are: synthetic data with
-    every client kept (``data.min_samples_per_client`` <= ``data.synthetic.min_samples``,
-    no validation split; simfl.runs.memory counts them). Elsewhere only loading the data
-    tells, and the population's build refuses it then, before drawing anything."""
-    data = scenario.data
-    if (data.dataset == "synthetic" and data.validation_fraction == 0
-            and data.min_samples_per_client <= data.synthetic.min_samples):
-        check_trace_devices(scenario.population.availability, devices_from_keys(scenario)[0])
+    """InputError (one line) for an availability mode that cannot serve the training
+    devices (its ``check_devices`` hook: a trace that cannot be mapped onto them,
+    simfl.population.trace_map.check_trace_devices), before the data are loaded where
+    the scenario's keys fix exactly how many there are (simfl.runs.memory.key_sizes:
+    synthetic data with every client kept, ``data.min_samples_per_client`` <=
+    ``data.synthetic.min_samples`` and no validation split). Elsewhere only loading the
+    data tells, and the population's build refuses it then, before drawing anything."""
+    availability = scenario.population.availability
+    check = plugins_of(scenario)["population.availability.mode"].hook(
+        "check_devices", "population.availability.mode")
+    sizes = key_sizes(scenario)
+    if check is not None and sizes is not None and sizes.exact:
+        check(availability, sizes.train)
 
 
 def check_feasible(scenario: Scenario, data: FederatedData) -> None:
@@ -497,8 +500,11 @@ def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: b
     bar = tqdm(total=num_rounds, desc=scenario.name, unit="round", disable=not progress,
                dynamic_ncols=True)
     summary: dict[str, dict[str, float]] = {}
+    evaluated = 0  # the round of the latest evaluation, which the bar shows
 
     def evaluate(rounds_done: int, t_s: float) -> None:
+        nonlocal evaluated
+        evaluated = rounds_done
         for split, (clients, result) in learner.evaluate().items():
             index = np.ma.masked_array(np.arange(clients.num_clients), mask=split == "test")
             recorder.write(EvalRows(
@@ -508,12 +514,14 @@ def _simulate(scenario: Scenario, built: _Built, recorder: Recorder, progress: b
             summary[split] = error_summary(result.errors)
 
     def after_round(rounds_done: int, t_s: float) -> None:
-        test = summary["test"]
-        bar.set_postfix(aggregated=health.last_aggregated, test_mean=f"{test['mean']:.3f}",
-                        test_p90=f"{test['p90']:.3f}", refresh=False)
-        bar.update(1)
         if rounds_done % scenario.eval.every == 0 or rounds_done == num_rounds:
             evaluate(rounds_done, t_s)
+        # the latest evaluation and its round: after the last round, the final evaluation
+        test = summary["test"]
+        bar.set_postfix(aggregated=health.last_aggregated, eval_round=evaluated,
+                        test_mean=f"{test['mean']:.3f}", test_p90=f"{test['p90']:.3f}",
+                        refresh=False)
+        bar.update(1)
 
     evaluate(0, 0.0)
     devices = population.devices
@@ -600,10 +608,10 @@ def _check_plugins_unchanged(run_dir: Path, manifest: dict[str, Any],
 def _inputs(scenario: Scenario, built: _Built) -> dict[str, str | None]:
     """What the run reads besides its scenario: the data's fingerprint (device ids,
     sample counts, labels) and the availability trace's sha256 (None: no trace)."""
-    availability = scenario.population.availability
+    replayed = built.population.trace  # the availability trace the run replays, if any
     trace = None
-    if availability.mode == "trace":
-        trace = hashlib.sha256(Path(availability.trace_path).read_bytes()).hexdigest()
+    if replayed is not None:
+        trace = hashlib.sha256(Path(replayed.path).read_bytes()).hexdigest()
     return {"data": built.learner.data.fingerprint(), "trace": trace}
 
 

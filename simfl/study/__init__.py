@@ -1,17 +1,43 @@
-"""The analysis of a study's runs, from their kept tables only (polars, scipy): what the
-study pages' tables are computed with, for anyone's sweep.
+"""The analysis of a study's runs, from their kept tables (polars, scipy): what the
+study pages' tables are computed with, for anyone's sweep. Each tool is a command,
+``python -m simfl.study.<tool>``, that prints its tables as markdown, and a module whose
+functions return them (polars frames, dicts or markdown lines); ``make docs-tables``
+(:mod:`~simfl.study.docs_tables`) runs every such command the pages show.
 
-- :mod:`simfl.study.intervals`: paired t-intervals, equivalence verdicts, Holm's
-  adjustment, Fieller's ratio interval, the sample-weighted 90th percentile;
-- :mod:`simfl.study.dose`: the tail error's response to a known error in the Δ-FL
+- :mod:`~simfl.study.intervals`: paired t-intervals, equivalence verdicts, Holm's
+  adjustment, Fieller's ratio interval, the sample-weighted 90th percentile, the power
+  of a paired t-test;
+- :mod:`~simfl.study.paper_table`: the reproduction table of a paper sweep against the
+  Δ-FL papers (docs/reproduction.md), with :mod:`~simfl.study.paper_cells` (the papers'
+  cells, simfl − paper, cause C1) and :mod:`~simfl.study.paper_paired` (rules paired by
+  seed, Fieller's ratio, averages over the last evaluations, small and large devices);
+- :mod:`~simfl.study.bias_table`: the bias of η̂ and its three causes per cell and
+  estimator (docs/bias/*.md);
+- :mod:`~simfl.study.bias_claims`: the estimation pages' cross-table contrasts, seed
+  subsets and family-wise reading (docs/bias/limits.md);
+- :mod:`~simfl.study.drivers_table`: each driving estimator's error, traffic and Pareto
+  front (docs/bias/tail.md);
+- :mod:`~simfl.study.population_figure`: the bias against the population size
+  (docs/population_size.md);
+- :mod:`~simfl.study.ipw_rates`: how well IPW's estimated online rates correct who is
+  online, without training (docs/bias/ipw.md);
+- :mod:`~simfl.study.async_table`: synchronous against asynchronous runs (docs/async.md);
+- :mod:`~simfl.study.same_seed`: where two runs of one scenario and seed part, round by
+  round (docs/reproduction.md);
+- :mod:`~simfl.study.dose`: the tail error's response to a known error in the Δ-FL
   threshold (docs/dose_response.md);
-- :mod:`simfl.study.exposure`: whether the devices aggregated most are fitted best
+- :mod:`~simfl.study.drive`: Δ-FL driven by corrected estimators where the bias is large
+  (docs/drive.md);
+- :mod:`~simfl.study.theory`: the availability term predicted to first order against
+  the measured one (docs/theory.md);
+- :mod:`~simfl.study.exposure`: whether the devices aggregated most are fitted best
   (docs/exposure.md);
-- :mod:`simfl.study.coverage`: how often each estimator's Woodruff interval holds the
-  population quantile.
+- :mod:`~simfl.study.coverage`: how often each estimator's Woodruff interval holds the
+  population quantile;
+- :mod:`~simfl.study.docs_tables`: every table the pages' commands print, made again from
+  the kept runs (``make docs-tables``).
 
-Each module with a command (``python -m simfl.study.dose``, ``...exposure``) exits
-through :func:`run_command`.
+Each command exits through :func:`run_command` (2 with a one-line error for bad input).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Interval statistics of the bench scripts' tables: the study tables' mean ± half-width
-(``ci``), and the reproduction table's (``paper_table.py``) Welch interval of a difference
-from summary statistics, its equivalence verdict against a margin, Holm's adjustment,
-Fieller's interval of a ratio of paired means, and the sample-weighted 90th percentile.
-Pure functions of numbers; the tests work each out by hand."""
+"""Interval statistics of the study tools' tables: the study tables' mean ± half-width
+(``ci``), and the reproduction table's (:mod:`simfl.study.paper_table`) Welch interval of a
+difference from summary statistics, its equivalence verdict against a margin, Holm's
+adjustment, Fieller's interval of a ratio of paired means, the sample-weighted 90th
+percentile and the power of a paired t-test. Pure functions of numbers; the tests work
+each out by hand."""
 
 from __future__ import annotations
 
@@ -137,12 +138,16 @@ def paired_power(n: int, effect: float, sd: float, level: float = 0.95) -> float
     """The power of the two-sided paired t-test at ``level`` with ``n`` pairs to detect a
     true mean difference ``effect`` when the differences' standard deviation is ``sd``:
     P(|T| > t_crit) for T noncentral t with n - 1 degrees of freedom and noncentrality
-    effect √n / sd."""
+    effect √n / sd (the lower tail counted 0 where scipy cannot reach it; power 1 for a
+    nonzero effect, 0 for none, when the differences never vary: sd = 0)."""
     if n < 2:
         return math.nan
+    if sd == 0:  # differences that never vary: a true effect shows at once, none never
+        return 1.0 if effect else 0.0
     crit = stats.t.ppf(1 - (1 - level) / 2, n - 1)
     nc = effect * math.sqrt(n) / sd
-    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+    lower = float(stats.nct.cdf(-crit, n - 1, nc))  # scipy: nan far out in the tail
+    return float(stats.nct.sf(crit, n - 1, nc)) + (0.0 if math.isnan(lower) else lower)
 
 
 def seeds_for(effect: float, sd: float, power: float = 0.8, level: float = 0.95,

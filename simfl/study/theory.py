@@ -120,9 +120,10 @@ def oracle_rates(manifest: dict, devices: pl.DataFrame):  # noqa: ANN201
 
 
 KEPT = "theory.parquet"  # what --keep writes beside the manifest
-# devices.parquet's columns the oracle rates and weights read
-_DEVICE_COLUMNS = ("client_idx", "region", "utc_offset_h", "num_samples", "logit_shift",
-                   "phase_h", "charge_start_h")
+# devices.parquet's columns the oracle rates and weights read (all that bench/archive_runs.py
+# keeps of it, with ``split``)
+DEVICE_COLUMNS = ("client_idx", "region", "utc_offset_h", "num_samples", "logit_shift",
+                  "phase_h", "charge_start_h")
 
 
 def _tables(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -152,7 +153,7 @@ def keep(run_dir: Path, to: Path) -> Path:
     train, losses = _tables(run_dir)
     bias_rounds = set(pl.read_parquet(run_dir / "bias.parquet").filter(
         pl.col("oracle_quantile").is_not_null())["round"].to_list())
-    table = train.select(c for c in _DEVICE_COLUMNS if c in train.columns).sort("client_idx")
+    table = train.select(c for c in DEVICE_COLUMNS if c in train.columns).sort("client_idx")
     for r in sorted(set(losses["round"].to_list()) & bias_rounds):
         at = losses.filter(pl.col("round") == r).sort("client_idx")
         table = table.with_columns(pl.Series(f"loss_{r}", at["loss"].to_numpy(),

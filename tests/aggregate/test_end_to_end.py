@@ -122,7 +122,7 @@ def test_phone_speeds_move_the_clock_not_the_training_of_a_synchronous_run(
         tmp_path: Path, rule: str) -> None:
     """Devices always online, no deadline: how fast the phones are sets the simulated time
     of each round, never who is drawn or what they train (the papers' tables depend only
-    on the latter; docs/reproduction.md, "The H100 runs")."""
+    on the latter; docs/reproduction/convnet_gpu.md)."""
     lognormal = ('population.compute.speed_source="lognormal"',)  # with or without the data
     fast = run_tiny(tmp_path, "fast", f'aggregator.name="{rule}"', *lognormal,
                     "population.compute.speed_log_sigma=0.1")

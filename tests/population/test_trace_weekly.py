@@ -15,7 +15,8 @@ import pytest
 
 import simfl.data
 import simfl.data.femnist
-from simfl.cli import ASSUMED_NUM_DEVICES, _scenario_population, main
+from simfl.cli import main
+from simfl.cli.trace_stats import ASSUMED_NUM_DEVICES, _scenario_population
 from simfl.population.trace import write_trace
 from simfl.population.trace_stats import availability_stats
 from simfl.runs.memory import population_only

@@ -132,12 +132,12 @@ def test_too_little_memory_for_torch_is_one_line(tmp_path: Path, command: list[s
 
 def test_a_memory_error_beyond_the_estimate_is_one_line(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import simfl.cli
+    import simfl.cli.run
 
     def allocate(args: object) -> int:
         raise MemoryError("Unable to allocate 327. MiB for an array with shape (42869539,)")
 
-    monkeypatch.setattr(simfl.cli, "_run", allocate)
+    monkeypatch.setattr(simfl.cli.run, "run_command", allocate)
     code, err, _ = _cli([str(MILLION)], capsys)
     assert code == 1 and err.count("\n") == 1
     assert err.startswith("simfl: error: out of memory (MemoryError: Unable to allocate 327.")
@@ -145,12 +145,12 @@ def test_a_memory_error_beyond_the_estimate_is_one_line(
 
 def test_an_import_error_of_another_kind_stays_a_traceback(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import simfl.cli
+    import simfl.cli.run
 
     def missing(args: object) -> int:
         raise ImportError("No module named 'ray'")
 
-    monkeypatch.setattr(simfl.cli, "_run", missing)
+    monkeypatch.setattr(simfl.cli.run, "run_command", missing)
     with pytest.raises(ImportError, match="ray"):
         main([str(MILLION)])
 

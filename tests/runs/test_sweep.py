@@ -19,6 +19,7 @@ import pytest
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.plots.study import plot_sweep
+from simfl.plots.sweep import sweep_figures
 from simfl.rundir import run_lock
 from simfl.runs.run import scenario_sha256
 from simfl.runs.sweep import (
@@ -33,6 +34,7 @@ from simfl.runs.sweep import (
     sweep_progress,
 )
 from simfl.runs.sweep.execute import BUSY, run_sweep
+from simfl.study.theory import DEVICE_COLUMNS
 from simfl.tables import error_by_round, sent
 from simfl.train.learner import Learner
 
@@ -127,7 +129,8 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
     assert set(bias["variant"]) == {"always", "diurnal"}
     assert sorted(set(bias["clients_per_round"])) == [4, 6]
     names = {p.name for p in plot_sweep(sweep.out_dir)}
-    assert names == set(SWEEP_FIGURES)  # collect checks each one's target before it writes
+    grid = {p.name for p in sweep_figures(sweep.out_dir, sweep.out_dir / "plots")}
+    assert names | grid == set(SWEEP_FIGURES)  # collect checks each one's target before it writes
     assert names == {"protocol_cost.png", "bias_vs_cohort.png", "conformity_vs_cohort.png",
                      "online_bias_vs_cohort.png", "decomposition_vs_cohort.png",
                      "p90_vs_bytes_by_estimator.png"}
@@ -147,6 +150,10 @@ def test_sequential_sweep_skips_finished_runs_and_collects(tmp_path: Path) -> No
         summary = pl.read_parquet(kept_run.run_dir / "eval_rounds.parquet")
         assert summary.equals(error_by_round(pl.read_parquet(run.run_dir / "eval.parquet")))
         assert summary["round"].n_unique() > 1
+        # of devices.parquet, the columns the theory check reads (no page reads the rest)
+        devices = pl.read_parquet(run.run_dir / "devices.parquet")
+        assert pl.read_parquet(kept_run.run_dir / "devices.parquet").equals(devices.select(
+            c for c in devices.columns if c in (*DEVICE_COLUMNS, "split"))) and devices.width > 8
         # every sent message's bytes, summed by round, direction and kind
         comm = sent(pl.read_parquet(run.run_dir / "comm.parquet"))
         summed = pl.read_parquet(kept_run.run_dir / "comm_by_round.parquet")

@@ -411,7 +411,7 @@ def test_async_runs_are_deterministic_and_resume_to_the_same_files(
                         lambda fig, out: figures.append((out.name, fig)) or save(fig, out))
     capsys.readouterr()
     png = tmp_path / "cmp.png"
-    assert main(["plot", str(baseline), str(again), "--compare-time", str(png),
+    assert main(["plot", str(baseline), str(again), "--compare-time", str(png), "--all",
                  "--level", "1.0"]) == 0
     out = capsys.readouterr().out
     assert str(baseline / "plots" / "staleness.png") in out.splitlines()

@@ -37,7 +37,7 @@ keys through :func:`simfl.scenario.build_config`, as a scenario's);
 :mod:`~simfl.runs.sweep.execute` runs it (it imports the run machinery, torch included,
 so it is not imported here); :mod:`~simfl.runs.sweep.status` says where its runs stand and
 :mod:`~simfl.runs.sweep.collection` gathers the complete ones' tables. What this package
-imports at its top is torch-free (``sweep --status``, ``collect``, the bench scripts).
+imports at its top is torch-free (``sweep --status``, ``collect``, :mod:`simfl.study`).
 """
 
 from simfl.rundir import COLLECT_MARK, SWEEP_FIGURES

@@ -3,15 +3,16 @@ the whole run, how many distinct devices were ever aggregated, and when the run 
 reached each test-p90 level (the first evaluation at or below it: its simulated time,
 server updates and bytes down + up, as simfl.plots.runs.reach_level).
 
-    python bench/async_table.py results/async_check/{sync,async}_{fedavg,deltafl} \
+    python -m simfl.study.async_table results/async_check/{sync,async}_{fedavg,deltafl} \\
         --levels 0.55 0.50 [--keep docs/runs/async_check]
-    python bench/async_table.py results/async_check/small_* --levels 0.65 0.60 --gb-digits 2
-    python bench/async_table.py docs/runs/async_check/sync_fedavg ...  # the kept evidence
+    python -m simfl.study.async_table results/async_check/small_* --levels 0.65 0.60 \\
+        --gb-digits 2
+    python -m simfl.study.async_table docs/runs/async_check/sync_fedavg ...  # the kept evidence
 
 ``--keep DIR`` copies what the table reads into ``DIR/<run folder name>/``, tens of KB a
 run: ``manifest.json``, ``rounds.parquet``, ``eval_rounds.parquet`` (each evaluation's
 mean and p90 per split, simfl.tables.error_by_round) and ``aggregated.parquet`` (the
-distinct devices aggregated); the script reads such a folder as it reads a run. A folder
+distinct devices aggregated); the command reads such a folder as it reads a run. A folder
 there is only replaced when it holds nothing else. A time of an hour or more is written in
 hours (one decimal), a shorter one in whole seconds; bytes in GB (10⁹) with
 ``--gb-digits`` decimals.
@@ -27,8 +28,10 @@ from typing import Any
 
 import polars as pl
 
+from simfl.errors import InputError
 from simfl.plots.runs import first_at_level
 from simfl.rundir import MANIFEST
+from simfl.study import run_command
 from simfl.tables import error_by_round, summary_vs_bytes
 
 KEPT = (MANIFEST, "rounds.parquet", "eval_rounds.parquet", "aggregated.parquet")
@@ -57,6 +60,7 @@ def first_at(eval_rounds: pl.DataFrame, rounds: pl.DataFrame,
 
 
 def duration(seconds: float) -> str:
+    """An hour or more in hours (one decimal), less in whole seconds."""
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
 
@@ -92,38 +96,55 @@ def keep(dest: Path, manifest: dict[str, Any], tables: dict[str, pl.DataFrame]) 
     (dest / f"{MANIFEST}.tmp").replace(dest / MANIFEST)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def check(run_dirs: list[Path], keep_dir: Path | None) -> None:
+    """InputError, before anything is written, for a folder that is not a complete run or
+    a ``--keep`` destination holding what this command did not write."""
+    for run_dir in run_dirs:
+        manifest = run_dir / MANIFEST
+        if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != \
+                "complete":
+            raise InputError(f"{run_dir}: not a complete run (no complete manifest.json)")
+        dest = (keep_dir / run_dir.name) if keep_dir else None
+        if dest is not None and dest.exists() and (
+                not dest.is_dir() or any(p.name not in KEPT for p in dest.iterdir())):
+            raise InputError(f"{dest}: holds what this command did not write; move it or "
+                             "choose another --keep")
+
+
+def table(run_dirs: list[Path], levels: list[float], gb_digits: int,
+          keep_dir: Path | None = None) -> list[str]:
+    """The page's table, a row per run (:func:`cells`); with ``keep_dir`` each run's
+    evidence kept there (:func:`keep`)."""
+    header = ["run", "final test p90", "final mean", "simulated time", "total bytes",
+              "devices aggregated",
+              *(f"p90 ≤ {level:g}: time, updates, bytes" for level in levels)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run_dir in run_dirs:
+        manifest, tables = evidence(run_dir)
+        lines.append("| " + " | ".join(cells(run_dir.name, manifest, tables, levels,
+                                             gb_digits)) + " |")
+        if keep_dir:
+            keep(keep_dir / run_dir.name, manifest, tables)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.async_table",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", type=Path, nargs="+")
     parser.add_argument("--levels", type=float, nargs="+", required=True,
                         help="test p90 levels: when each run first reached them")
     parser.add_argument("--gb-digits", type=int, default=1, help="decimals of the GB columns")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="copy what the table reads into DIR/<run folder name>/")
-    args = parser.parse_args()
-    for run_dir in args.run_dirs:  # every path checked before anything is written
-        manifest = run_dir / MANIFEST
-        if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != \
-                "complete":
-            parser.error(f"{run_dir}: not a complete run (no complete manifest.json)")
-        dest = (args.keep / run_dir.name) if args.keep else None
-        if dest is not None and dest.exists() and (
-                not dest.is_dir() or any(p.name not in KEPT for p in dest.iterdir())):
-            print(f"async_table: error: {dest}: holds what this script did not write; "
-                  "move it or choose another --keep", file=sys.stderr)
-            raise SystemExit(2)
-    header = ["run", "final test p90", "final mean", "simulated time", "total bytes",
-              "devices aggregated",
-              *(f"p90 ≤ {level:g}: time, updates, bytes" for level in args.levels)]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for run_dir in args.run_dirs:
-        manifest, tables = evidence(run_dir)
-        print("| " + " | ".join(cells(run_dir.name, manifest, tables, args.levels,
-                                      args.gb_digits)) + " |")
-        if args.keep:
-            keep(args.keep / run_dir.name, manifest, tables)
+    args = parser.parse_args(argv)
+
+    def work() -> None:
+        check(args.run_dirs, args.keep)
+        print("\n".join(table(args.run_dirs, args.levels, args.gb_digits, args.keep)))
+
+    return run_command(work)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,8 @@
 """How well do IPW's estimated online rates correct who is online? No training, only the
 population's availability.
 
-    SIMFL_DATA_DIR=../shared/data python bench/ipw_rates.py [--days 7] [--strength 1.0] \
-        [--seeds 0 1 2]
+    SIMFL_DATA_DIR=../shared/data python -m simfl.study.ipw_rates [--days 7] \
+        [--strength 1.0] [--seeds 0 1 2]
 
 The estimation study's cell (scenarios/diurnal_emnist.toml: all FEMNIST training
 writers, six regions sorted by the writers' share of digits at the given covariate
@@ -24,12 +24,14 @@ distance between the implied region shares and the population's (0 for a perfect
 correction), of the implied mean covariate minus the population's, and, for the two
 estimates, the mean of π̂ / π over the online devices. With more than one seed, then
 docs/bias/ipw.md's table: the distances and ratios, each cell the seeds' values joined by
-" / " (tests/test_ipw_rates.py checks that the page holds it).
+" / " (tests/test_ipw_rates.py checks that the page holds it). :func:`daily` gives a
+seed's figures as plain dicts; :func:`seed_table` and :func:`doc_table` print them.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from simfl.population.build import build_population
 from simfl.quantile.estimators import CheckIns
 from simfl.rng import Streams
 from simfl.scenario import load_scenario
+from simfl.study import run_command
 
 DAY_S = 86400.0
 ROUND_S = 600.0
@@ -99,6 +102,7 @@ def daily(seed: int, days: int, strength: float) -> tuple[str, list[Day]]:
 
 
 def seed_table(population: str, seed: int, strength: float, table: list[Day]) -> str:
+    """One seed's figures, a row per day."""
     lines = [f"{population}, covariate strength {strength}, a round every "
              f"{ROUND_S:.0f} s, seed {seed}",
              "| day | " + " | ".join(f"TV {n}" for n in NAMES) + " | "
@@ -125,21 +129,26 @@ def doc_table(tables: list[list[Day]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.ipw_rates",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--strength", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    args = parser.parse_args()
-    tables = []
-    for seed in args.seeds:
-        population, table = daily(seed, args.days, args.strength)
-        tables.append(table)
-        print(seed_table(population, seed, args.strength, table) + "\n", flush=True)
-    if len(tables) > 1:
-        print(f"seeds {' / '.join(map(str, args.seeds))}:")
-        print(doc_table(tables))
+    args = parser.parse_args(argv)
+
+    def work() -> None:
+        tables = []
+        for seed in args.seeds:
+            population, table = daily(seed, args.days, args.strength)
+            tables.append(table)
+            print(seed_table(population, seed, args.strength, table) + "\n", flush=True)
+        if len(tables) > 1:
+            print(f"seeds {' / '.join(map(str, args.seeds))}:")
+            print(doc_table(tables))
+
+    return run_command(work)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,10 +1,10 @@
 """Where two runs of the same scenario and seed part: round by round, device by device.
 
-    python bench/same_seed.py RUN_A RUN_B --rounds 12
+    python -m simfl.study.same_seed RUN_A RUN_B --rounds 12
 
 RUN_A and RUN_B are run directories (``clients.parquet`` and ``rounds.parquet``) of
-the same scenario and seed, made on two machines (docs/reproduction.md, "The H100
-runs": the CPU and an H100) or with two thread counts. For each of the first
+the same scenario and seed, made on two machines (docs/reproduction/convnet_noise.md:
+the CPU and a GPU) or with two thread counts. For each of the first
 ``--rounds`` rounds it prints whether the two drew the same devices, the largest
 gap between the losses the devices reported (and between their training losses,
 which every rule records), the two servers' quantile estimates,
@@ -14,7 +14,8 @@ no such devices; a rule without loss reports (FedAvg) prints "-" for that gap.
 
 ``--keep DIR`` also writes the first ``--rounds`` rounds of RUN_B's two tables to
 DIR (a small copy to keep as evidence when RUN_B cannot be made again here, e.g. a
-run on a lent GPU); DIR must not exist.
+run on a lent GPU); DIR must not exist. :func:`first_rounds` reads a run's two tables
+as frames; :func:`compare` gives the lines.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from typing import cast
 import polars as pl
 
 from simfl.errors import InputError
+from simfl.study import run_command
 
 TABLES = ("clients", "rounds")
 
 
 def first_rounds(run: Path, rounds: int) -> dict[str, pl.DataFrame]:
+    """A run's clients and rounds tables, rounds 0 .. ``rounds`` - 1; InputError for a
+    folder without them."""
     tables = {}
     for name in TABLES:
         path = run / f"{name}.parquet"
@@ -81,29 +85,29 @@ def _num(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.same_seed",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("run_a", type=Path)
     parser.add_argument("run_b", type=Path)
     parser.add_argument("--rounds", type=int, default=12, help="compare rounds 0 .. N-1")
     parser.add_argument("--keep", type=Path, help="write RUN_B's first rounds here")
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         if args.rounds < 1:
             raise InputError(f"--rounds {args.rounds}: must be at least 1")
         if args.keep is not None and args.keep.exists():
             raise InputError(f"{args.keep}: already exists; not overwritten")
         a, b = first_rounds(args.run_a, args.rounds), first_rounds(args.run_b, args.rounds)
-    except InputError as e:
-        print(f"same_seed: error: {e}", file=sys.stderr)
-        return 2
-    print(f"{args.run_a} / {args.run_b}")
-    print("\n".join(compare(a, b, args.rounds)))
-    if args.keep is not None:
-        args.keep.mkdir(parents=True)
-        for name, table in b.items():
-            table.write_parquet(args.keep / f"{name}.parquet")
-        print(f"{args.keep}: rounds 0-{args.rounds - 1} of {args.run_b}'s clients and rounds")
-    return 0
+        print(f"{args.run_a} / {args.run_b}")
+        print("\n".join(compare(a, b, args.rounds)))
+        if args.keep is not None:
+            args.keep.mkdir(parents=True)
+            for name, table in b.items():
+                table.write_parquet(args.keep / f"{name}.parquet")
+            print(f"{args.keep}: rounds 0-{args.rounds - 1} of {args.run_b}'s clients and rounds")
+
+    return run_command(work)
 
 
 if __name__ == "__main__":

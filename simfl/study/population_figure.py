@@ -2,10 +2,10 @@
 population size, a line per cohort size K: each point the mean over seeds ± the
 half-width of the 95 % t-interval, each run's figure the mean over its bias rounds after
 the burn-in, the causes counted from what Δ-FL's objective prescribes (as
-``bench/bias_table.py --prescribed``: the sampling term is ``cohort_exact``'s).
+``python -m simfl.study.bias_table --prescribed``: the sampling term is ``cohort_exact``'s).
 
     python -m simfl collect scenarios/study/population_size.sweep.toml --results docs/runs
-    python bench/population_figure.py docs/runs/population_size \
+    python -m simfl.study.population_figure docs/runs/population_size \
         [--axis num_clients] [--figure docs/figures/population_size.png] [--at-most 1e5]
 
 Prints the table (markdown), then each term's change per tenfold population (the slope of
@@ -13,25 +13,27 @@ the runs' values on log10 N, a row per K, with 95 % t-intervals: does a term dep
 N?), each term at the smallest K minus at each other K paired by population size and
 seed (does it depend on K?), and, with ``--figure``, draws the first table: four panels
 (the bias and its sampling, availability and selection terms), the population axis on a
-log scale.
+log scale. :func:`cells`, :func:`slopes` and :func:`cohort_difference` give the tables as
+frames; the ``*_markdown`` functions print them.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import polars as pl
+import seaborn as sns
+from matplotlib.figure import Figure
+from scipy import stats
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-import seaborn as sns  # noqa: E402
-from scipy import stats  # noqa: E402
-
-from simfl.plots.study import DECOMPOSITION, against_prescribed, per_run_bias  # noqa: E402
-from simfl.study.intervals import paired  # noqa: E402
+from simfl.errors import InputError
+from simfl.plots import save_figure
+from simfl.plots.study import DECOMPOSITION, against_prescribed, per_run_bias
+from simfl.study import run_command
+from simfl.study.intervals import paired
 
 TERMS = ("bias", *DECOMPOSITION)
 COHORT = "clients_per_round"
@@ -131,10 +133,12 @@ def markdown(table: pl.DataFrame, axis: str) -> str:
     return "\n".join(lines)
 
 
-def figure(table: pl.DataFrame, axis: str, path: Path) -> None:
-    """The four terms against ``axis`` (log scale), a line per K with 95 % intervals."""
-    sns.set_theme(style="whitegrid")
-    fig, axes = plt.subplots(1, len(TERMS), figsize=(3.4 * len(TERMS), 3.4), sharey=True)
+def figure(table: pl.DataFrame, axis: str) -> Figure:
+    """The four terms of :func:`cells` against ``axis`` (log scale), a line per K with
+    95 % intervals (built without pyplot, as simfl.plots' figures)."""
+    fig = Figure(figsize=(3.4 * len(TERMS), 3.4))
+    with sns.axes_style("whitegrid"):
+        axes = fig.subplots(1, len(TERMS), sharey=True)
     palette = sns.color_palette("deep", table[COHORT].n_unique())
     groups = table.partition_by(COHORT, as_dict=True, maintain_order=True)
     # each K's points a little apart on the log axis, so that their intervals do not overlap
@@ -155,12 +159,40 @@ def figure(table: pl.DataFrame, axis: str, path: Path) -> None:
     fig.suptitle("The driving estimator's bias and its causes: mean ± 95 % t-interval "
                  "over seeds")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    return fig
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def read_bias(sweep_dir: Path, axis: str, at_most: float | None = None) -> pl.DataFrame:
+    """A collected sweep's bias table, only the runs whose population ``axis`` is at most
+    ``at_most`` when given. InputError for a folder without bias.parquet, an ``axis`` it
+    lacks, or fewer than two population sizes left."""
+    if not (sweep_dir / "bias.parquet").is_file():
+        raise InputError(f"{sweep_dir}: no bias.parquet (run python -m simfl collect)")
+    bias = pl.read_parquet(sweep_dir / "bias.parquet")
+    if axis not in bias.columns:
+        raise InputError(f"--axis: {axis} is not an axis of {sweep_dir}")
+    if at_most is not None:
+        bias = bias.filter(pl.col(axis) <= at_most)
+        if bias[axis].n_unique() < 2:
+            raise InputError(f"--at-most {at_most:g}: fewer than two population sizes left, "
+                             "so no change per decade to fit")
+    return bias
+
+
+def report(bias: pl.DataFrame, axis: str) -> list[str]:
+    """The three tables: per cell, per K's change per decade, the smallest K minus the others."""
+    lines = [markdown(cells(bias, axis), axis),
+             f"\nChange per tenfold {axis} (least squares on log10, 95 % t-interval):\n",
+             slope_markdown(slopes(bias, axis))]
+    if bias[COHORT].n_unique() > 1:
+        lines += ["\nThe smallest K minus each other K, paired by population size and seed "
+                  "(95 % t-interval):\n", difference_markdown(cohort_difference(bias, axis))]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.population_figure",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", type=Path, help="results/<sweep> or docs/runs/<sweep> "
                                                      "after collect")
     parser.add_argument("--axis", default="num_clients", help="the population-size axis")
@@ -168,27 +200,17 @@ def main() -> None:
     parser.add_argument("--at-most", type=float, metavar="N",
                         help="only the runs whose population is at most N (a smaller "
                              "study's range within a larger sweep)")
-    args = parser.parse_args()
-    bias = pl.read_parquet(args.sweep_dir / "bias.parquet")
-    if args.axis not in bias.columns:
-        parser.error(f"--axis: {args.axis} is not an axis of {args.sweep_dir}")
-    if args.at_most is not None:
-        bias = bias.filter(pl.col(args.axis) <= args.at_most)
-        if bias[args.axis].n_unique() < 2:
-            parser.error(f"--at-most {args.at_most:g}: fewer than two population sizes "
-                         f"left, so no change per decade to fit")
-    table = cells(bias, args.axis)
-    print(markdown(table, args.axis))
-    print(f"\nChange per tenfold {args.axis} (least squares on log10, 95 % t-interval):\n")
-    print(slope_markdown(slopes(bias, args.axis)))
-    if bias[COHORT].n_unique() > 1:
-        print("\nThe smallest K minus each other K, paired by population size and seed "
-              "(95 % t-interval):\n")
-        print(difference_markdown(cohort_difference(bias, args.axis)))
-    if args.figure:
-        figure(table, args.axis, args.figure)
-        print(f"wrote {args.figure}")
+    args = parser.parse_args(argv)
+
+    def work() -> None:
+        bias = read_bias(args.sweep_dir, args.axis, args.at_most)
+        print("\n".join(report(bias, args.axis)))
+        if args.figure:
+            save_figure(figure(cells(bias, args.axis), args.axis), args.figure)
+            print(f"wrote {args.figure}")
+
+    return run_command(work)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,21 +2,21 @@
 
 ``contrast``: a difference the pages would otherwise read across two tables by eye. Per
 run, estimator A minus B in the availability term counted from the prescribed threshold
-(``bias_table.py --prescribed``: per run, the mean over the bias rounds after the burn-in
+(``simfl.study.bias_table --prescribed``: per run, the mean over the bias rounds after the burn-in
 of the per-round difference), at two cohort sizes of one variant and θ; then the
 K_first − K_second difference of those per-run values, with Welch's interval (the runs at
 two cohort sizes are separate runs) and the paired interval by seed (a seed fixes the
 population and its availability at every K, so the seed's two runs share them):
 
-    python bench/bias_claims.py contrast docs/runs/habits_week --variant habits_strong \\
-        --theta 0.5 --pair ipw_days,ipw_known --k 20 100
+    python -m simfl.study.bias_claims contrast docs/runs/habits_week \\
+        --variant habits_strong --theta 0.5 --pair ipw_days,ipw_known --k 20 100
 
-``seeds``: a subset of the seeds of a per-seed table that a bench script printed and the
+``seeds``: a subset of the seeds of a per-seed table that a script printed and the
 repository keeps (``bench/recency.py``'s, in docs/runs/recency/output.md): the mean ± 95 %
 t half-width of the chosen rows in the chosen columns, with the pages' verdict, e.g. the
 seeds added after a first look, on their own:
 
-    python bench/bias_claims.py seeds docs/runs/recency/output.md --table -1 \\
+    python -m simfl.study.bias_claims seeds docs/runs/recency/output.md --table -1 \\
         --seeds 3 4 5 6 7 8 9 --columns A "exposed − fresh" "fresh − control"
 
 ``multiplicity``: how many intervals the pages report, and what a family-wise reading
@@ -31,22 +31,27 @@ level 1 − 0.05 / m; its family-wise verdict is *different* when Holm's p ≤ 0
 *equivalent within ±0.01* when the widened interval lies inside ±0.01, else *not
 detected*:
 
-    python bench/bias_claims.py multiplicity docs/bias/habits.md
+    python -m simfl.study.bias_claims multiplicity docs/bias/habits.md
+
+Each check is a function returning its markdown lines; InputError for input it cannot read.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import polars as pl
-from bias_table import paired_runs
 from scipy import stats
 
+from simfl.errors import InputError
 from simfl.plots.study import against_prescribed, bias_rows
+from simfl.study import run_command
+from simfl.study.bias_table import paired_runs
 from simfl.study.intervals import ci, holm, paired, welch
 
 MARGIN = 0.01  # nats: the pages' equivalence margin (docs/bias/definitions.md, "Verdicts")
@@ -135,7 +140,7 @@ def multiplicity(pages: list[Path]) -> list[str]:
         if page not in names:
             continue
         if text not in intervals:
-            raise SystemExit(f"{page}: does not print {text!r} ({what})")
+            raise InputError(f"{page}: does not print {text!r} ({what})")
         d, holm_p = intervals[text], adjusted[text]
         half = d.widened(m)
         lines.append(f"| {what} | {text} | {judged(d.mean, d.half, d.p)} | {d.p:.1e} | "
@@ -155,10 +160,12 @@ def judged(mean: float, half: float, p: float) -> str:
 def per_run(sweep_dir: Path, variant: str, theta: float, a: str, b: str) -> pl.DataFrame:
     """Per run of the variant at θ: A − B of the availability term against the prescribed
     threshold (column ``diff``), with its cohort size and seed."""
+    if not (sweep_dir / "bias.parquet").is_file():
+        raise InputError(f"{sweep_dir}: no bias.parquet (run python -m simfl collect)")
     bias = against_prescribed(pl.read_parquet(sweep_dir / "bias.parquet"))
     bias = bias.filter((pl.col("variant") == variant) & (pl.col("theta") == theta))
     if bias.is_empty():
-        raise SystemExit(f"{sweep_dir}: no runs of variant {variant} at θ = {theta}")
+        raise InputError(f"{sweep_dir}: no runs of variant {variant} at θ = {theta}")
     return paired_runs(bias_rows(bias), ["clients_per_round"], a, b, "availability_bias")
 
 
@@ -169,7 +176,7 @@ def contrast(sweep_dir: Path, variant: str, theta: float, a: str, b: str,
     by_k = {k: runs.filter(pl.col("clients_per_round") == k).sort("seed") for k in ks}
     for k, part in by_k.items():
         if part.height < 2:
-            raise SystemExit(f"{sweep_dir}: fewer than 2 runs at K = {k} ({variant}, θ {theta})")
+            raise InputError(f"{sweep_dir}: fewer than 2 runs at K = {k} ({variant}, θ {theta})")
     lines = [f"{a} − {b}, availability term, {variant}, θ = {theta:g}", "",
              "| cohort size | seeds | mean ± 95 % half-width | difference from the other K |",
              "|---|---|---|---|"]
@@ -202,11 +209,11 @@ def seed_rows(text: str, table: int, seeds: list[int], columns: list[str]) -> li
     try:
         rows = {row[0]: row for row in tables[table]}
     except IndexError:
-        raise SystemExit(f"no per-seed table {table} ({len(tables)} tables)") from None
+        raise InputError(f"no per-seed table {table} ({len(tables)} tables)") from None
     lacking = [c for c in columns if c not in header] + \
         [f"seed {s}" for s in seeds if str(s) not in rows]
     if lacking:
-        raise SystemExit(f"not in table {table}: {', '.join(lacking)}")
+        raise InputError(f"not in table {table}: {', '.join(lacking)}")
     lines = ["| seeds | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1)]
     cells = []
     for column in columns:
@@ -216,8 +223,9 @@ def seed_rows(text: str, table: int, seeds: list[int], columns: list[str]) -> li
     return [*lines, f"| {', '.join(map(str, seeds))} | " + " | ".join(cells) + " |"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfl.study.bias_claims",
+                                     description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     one = commands.add_parser("contrast", help="A − B at two cohort sizes, and their difference")
     one.add_argument("sweep_dir", type=Path, help="docs/runs/<sweep> after collect")
@@ -232,25 +240,27 @@ def main() -> None:
     some.add_argument("--columns", nargs="+", required=True)
     many = commands.add_parser("multiplicity", help="the pages' intervals, family-wise")
     many.add_argument("pages", type=Path, nargs="+")
-    args = parser.parse_args()
-    if args.command == "contrast":
-        a, sep, b = args.pair.partition(",")
-        if not (a and sep and b):
-            parser.error("--pair: two estimators, A,B")
-        if not (args.sweep_dir / "bias.parquet").is_file():
-            parser.error(f"{args.sweep_dir}: no bias.parquet (run python -m simfl collect)")
-        lines = contrast(args.sweep_dir, args.variant, args.theta, a, b, tuple(args.k))
-    elif args.command == "seeds":
-        if not args.printed.is_file():
-            parser.error(f"no such file: {args.printed}")
-        lines = seed_rows(args.printed.read_text(), args.table, args.seeds, args.columns)
-    else:
-        missing = [str(p) for p in args.pages if not p.is_file()]
-        if missing:
-            parser.error(f"no such page: {', '.join(missing)}")
-        lines = multiplicity(args.pages)
-    print("\n".join(lines))
+    args = parser.parse_args(argv)
+
+    def work() -> None:
+        if args.command == "contrast":
+            a, sep, b = args.pair.partition(",")
+            if not (a and sep and b):
+                raise InputError("--pair: two estimators, A,B")
+            lines = contrast(args.sweep_dir, args.variant, args.theta, a, b, tuple(args.k))
+        elif args.command == "seeds":
+            if not args.printed.is_file():
+                raise InputError(f"no such file: {args.printed}")
+            lines = seed_rows(args.printed.read_text(), args.table, args.seeds, args.columns)
+        else:
+            missing = [str(p) for p in args.pages if not p.is_file()]
+            if missing:
+                raise InputError(f"no such page: {', '.join(missing)}")
+            lines = multiplicity(args.pages)
+        print("\n".join(lines))
+
+    return run_command(work)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
