@@ -80,6 +80,16 @@ def page_commands(root: Path) -> list[PageCommand]:
     return found
 
 
+def table_below(page: Path, line: int) -> list[str]:
+    """The first markdown table after line ``line`` (1-based) of ``page``: the table a
+    page shows below a command."""
+    lines = page.read_text().splitlines()[line:]
+    start = next(i for i, text in enumerate(lines) if text.startswith("|"))
+    end = next((i for i, text in enumerate(lines[start:], start) if not text.startswith("|")),
+               len(lines))
+    return lines[start:end]
+
+
 def collect_kept(sweep: Sweep, into: Path) -> Path:
     """The sweep's complete runs (as :func:`simfl.runs.sweep.load_sweep` found them)
     gathered as ``python -m simfl collect`` gathers them, but into ``into/<sweep name>``:

@@ -15,6 +15,7 @@ from simfl.study.docs_tables import (
     page_commands,
     regenerate,
     table_args,
+    table_below,
     why_skipped,
 )
 
@@ -83,15 +84,6 @@ def test_a_data_command_is_skipped_without_the_data(monkeypatch: pytest.MonkeyPa
     assert why_skipped(command, ["--days", "7"], ROOT) == "needs SIMFL_DATA_DIR"
     monkeypatch.setenv("SIMFL_DATA_DIR", "/somewhere")
     assert why_skipped(command, ["--days", "7"], ROOT) is None
-
-
-def table_below(page: Path, line: int) -> list[str]:
-    """The first markdown table after line ``line`` (1-based) of the page."""
-    lines = page.read_text().splitlines()[line:]
-    start = next(i for i, text in enumerate(lines) if text.startswith("|"))
-    end = next((i for i, text in enumerate(lines[start:], start) if not text.startswith("|")),
-               len(lines))
-    return lines[start:end]
 
 
 # Three cheap commands, each with the table its page shows below it: the family-wise

@@ -7,19 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from simfl.study.docs_tables import page_commands, regenerate
+from simfl.study.docs_tables import page_commands, regenerate, table_below
 
 ROOT = Path(__file__).parents[2]
 PAGE = ROOT / "docs" / "estimators.md"
-
-
-def table_below(line: int) -> list[str]:
-    """The first markdown table after line ``line`` (1-based) of the page."""
-    lines = PAGE.read_text().splitlines()[line:]
-    start = next(i for i, text in enumerate(lines) if text.startswith("|"))
-    end = next((i for i, text in enumerate(lines[start:], start) if not text.startswith("|")),
-               len(lines))
-    return lines[start:end]
 
 
 def test_every_study_table_on_the_page_is_its_commands_output(
@@ -34,6 +25,6 @@ def test_every_study_table_on_the_page_is_its_commands_output(
     rows = [[c.strip() for c in row.strip("|").split("|", 2)] for row in index[2:]]
     assert sorted(row[0] for row in rows) == sorted(names)
     for name, where, command in rows:
-        table = table_below(int(where.rsplit(":", 1)[1]))
+        table = table_below(PAGE, int(where.rsplit(":", 1)[1]))
         assert len(table) >= 3, where
         assert "\n".join(table) in (tmp_path / name).read_text(), (where, command)
