@@ -328,10 +328,10 @@ def test_resume_refuses_a_plugin_whose_package_version_changed(
     monkeypatch.setenv("PYTHONPATH", str(folder))
     record = {"aggregator.name": {"name": "versioned_rule:rule", "path": "versioned_rule:rule",
                                   "version": "1.0"}}
-    monkeypatch.setattr(simfl.plugins, "distribution_version", lambda path: "1.0")
+    monkeypatch.setattr(simfl.plugins.origins, "distribution_version", lambda path: "1.0")
     lines = simfl.plugins.check_origins(record, tmp_path / "run")
     assert lines == [f"plug-in 'aggregator.name' = 'versioned_rule:rule' from "
                      f"{(folder / 'versioned_rule.py').resolve()}"]
-    monkeypatch.setattr(simfl.plugins, "distribution_version", lambda path: "2.0")
+    monkeypatch.setattr(simfl.plugins.origins, "distribution_version", lambda path: "2.0")
     with pytest.raises(InputError, match="started with version 1.0 of its package, 2.0 is"):
         simfl.plugins.check_origins(record, tmp_path / "run")

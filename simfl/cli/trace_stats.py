@@ -184,11 +184,15 @@ def _scenario_population(args: argparse.Namespace) -> _ScenarioPopulation | None
 
 def _covariate_key(scenario: Scenario) -> str:
     """The key (as ``key = value``) that makes availability depend on each device's data
-    covariate (regions assigned by it, or a habit rank-correlated with it), or ""."""
+    covariate (regions assigned by it, or a habit rank-correlated with it, for a mode
+    that reads the habits table), or ""."""
+    from simfl.plugins import AVAILABILITY
+
     population = scenario.population
     if population.region_assignment == "covariate":
         return "population.region_assignment = 'covariate'"
-    if population.availability.mode == "habits":
+    mode = AVAILABILITY.lookup(population.availability.mode, "population.availability.mode")
+    if "habits" in mode.reads:
         habits = population.availability.habits
         for field in fields(habits):
             value = getattr(habits, field.name)
@@ -199,26 +203,31 @@ def _covariate_key(scenario: Scenario) -> str:
 
 def _count_devices(scenario: Scenario, given: int | None) -> tuple[int, str]:
     """The scenario's training devices and, unless counted in its data, where the number
-    came from: ``--num-devices``, else the data's count (FEMNIST: its writer column, no
-    image read; any other data set: loaded as a run loads it), else, where the data is not
-    at hand (the count of a data set read from files fails with neither SIMFL_DATA_DIR nor
-    data.path set), ASSUMED_NUM_DEVICES."""
+    came from: ``--num-devices``, else the data's count (its data set's ``count_train``
+    hook where it has one, FEMNIST's: its writer column, no image read; any other data
+    set: loaded as a run loads it), else, where the data is not at hand (the count of a
+    data set read from files fails with neither SIMFL_DATA_DIR nor data.path set),
+    ASSUMED_NUM_DEVICES."""
     if given is not None:
         return given, "from --num-devices, not counted in the data"
     from simfl.data import load_data
-    from simfl.data.femnist import count_train_clients
+    from simfl.plugins import DATASETS
     from simfl.rng import Streams
     from simfl.runs.memory import check_memory, population_only
 
     data = scenario.data
+    dataset = DATASETS.lookup(data.dataset, "data.dataset")
+    count = dataset.hook("count_train", "data.dataset")
     try:
-        if data.dataset == "femnist":
-            return count_train_clients(data, Streams(scenario.seed)), ""
+        if count is not None:
+            return count(data, Streams(scenario.seed)), ""
         with population_only():
             check_memory(scenario)
         return load_data(data, Streams(scenario.seed)).train.num_clients, ""
-    except InputError as e:  # the synthetic data is made, never missing: its errors stand
-        if data.dataset == "synthetic" or data.path or os.environ.get("SIMFL_DATA_DIR"):
+    except InputError as e:
+        # data made from its keys (a sizes hook: synthetic) is never missing: its errors
+        # stand, as do those of a data set whose files are said to be somewhere
+        if dataset.has_hook("sizes") or data.path or os.environ.get("SIMFL_DATA_DIR"):
             raise
         return ASSUMED_NUM_DEVICES, (
             f"assumed: the data is not at hand to count its training clients "

@@ -14,14 +14,12 @@ from simfl.population.availability import (
     known_rates,
     sample_online,
 )
-from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE
 from simfl.population.devices import assign_regions, build_devices, default_data_dir
 from simfl.population.network import NetworkPaths, build_topology, network_paths
 from simfl.population.table import DeviceTable
 from simfl.population.trace import read_trace, write_trace
 
 __all__ = [
-    "TRAIN_FLOPS_PER_SAMPLE",
     "Availability",
     "DeviceTable",
     "NetworkPaths",

@@ -20,6 +20,11 @@ README) are combined:
 A model's cost scales the LeNet time by ``train FLOPs per sample / LeNet-5's``. FLOPs
 are counted as multiply-accumulates (the convention behind LeNet-5's 0.42 M), forward
 only, times 3 for training (forward + two backward products, Kaplan et al. 2020 §2.1).
+A model's count is its registry row's ``train_flops`` hook (simfl.plugins.MODELS):
+simfl's linear model, ConvNet and GRU give the hand counts below for the papers'
+shapes; a model without the hook is counted from its forward pass when a run builds it
+(simfl.train.models.forward_macs), unless ``population.compute.train_flops_per_sample``
+gives it. LeNet-5 is no model of simfl's: only the reference of the measured times.
 
 Without the data files, speeds are lognormal around 1 with log-sd 0.93 (the log-sd of
 the CPU float scores of the 333 benchmarked phones) and the LeNet reference is the
@@ -29,11 +34,13 @@ built-in fit below, taken from the same measured tables.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from simfl.errors import InputError
+from simfl.plugins import MODELS
 from simfl.scenario import ComputeConfig
 
 TRAIN_TO_FORWARD = 3.0
@@ -49,11 +56,13 @@ def linear_macs(in_features: int, out_features: int) -> int:
 
 
 # LeNet-5 (LeCun et al. 1998) on 32x32: conv 1->6 5x5, pool, conv 6->16 5x5, pool,
-# 400->120->84->10. 416,520 MACs, the usual "0.42 MFLOP".
+# 400->120->84->10. 416,520 MACs, the usual "0.42 MFLOP". The reference cost of the
+# measured LeNet times (:func:`train_s_per_sample`).
 LENET5_FORWARD_FLOPS = (
     conv2d_macs(1, 6, 5, 28) + conv2d_macs(6, 16, 5, 10)
     + linear_macs(400, 120) + linear_macs(120, 84) + linear_macs(84, 10)
 )
+LENET5_TRAIN_FLOPS = TRAIN_TO_FORWARD * LENET5_FORWARD_FLOPS
 # The FEMNIST ConvNet of LEAF (Caldas et al. 2018) as used here: conv 1->32 5x5 on 28x28
 # (no padding) -> 24x24, pool -> 12x12, conv 32->64 5x5 -> 8x8, pool -> 4x4, 1024 -> 62.
 CONVNET_FORWARD_FLOPS = (
@@ -66,12 +75,23 @@ LINEAR_FORWARD_FLOPS = linear_macs(784, 62)  # multinomial logistic regression o
 GRU_FORWARD_FLOPS = 20 * (linear_macs(53, 3 * 128) + linear_macs(128, 3 * 128)) + linear_macs(
     128, 53)
 
-TRAIN_FLOPS_PER_SAMPLE: dict[str, float] = {
-    "lenet5": TRAIN_TO_FORWARD * LENET5_FORWARD_FLOPS,
-    "convnet": TRAIN_TO_FORWARD * CONVNET_FORWARD_FLOPS,
-    "linear": TRAIN_TO_FORWARD * LINEAR_FORWARD_FLOPS,
-    "gru": TRAIN_TO_FORWARD * GRU_FORWARD_FLOPS,
-}
+
+def linear_train_flops() -> float:
+    """The linear model's training FLOPs per sample (its ``train_flops`` hook), on
+    FEMNIST's 784 pixels and 62 classes whatever the data."""
+    return TRAIN_TO_FORWARD * LINEAR_FORWARD_FLOPS
+
+
+def convnet_train_flops() -> float:
+    """The ConvNet's training FLOPs per sample (its ``train_flops`` hook)."""
+    return TRAIN_TO_FORWARD * CONVNET_FORWARD_FLOPS
+
+
+def gru_train_flops() -> float:
+    """The Shakespeare GRU's training FLOPs per sample (its ``train_flops`` hook), at its
+    default hidden size of 128."""
+    return TRAIN_TO_FORWARD * GRU_FORWARD_FLOPS
+
 
 # Built-in fallback for the LeNet reference: least-squares line through the pooled
 # measured tables (3 phones, batch sizes 1-32): time per batch = overhead + slope * b.
@@ -185,15 +205,25 @@ def draw_speed_rel(cfg: ComputeConfig, num_devices: int, rng: np.random.Generato
 
 
 def train_flops_per_sample(cfg: ComputeConfig, model_name: str) -> float:
-    """The configured training cost per sample, else the model's from the table above."""
+    """The configured training cost per sample, else the model's ``train_flops`` hook's
+    (simfl.plugins.MODELS). InputError for a model without the hook (a run counts it from
+    the forward pass first: simfl.runs.run) and for a hook that gives no positive finite
+    number."""
     if cfg.train_flops_per_sample > 0:
         return cfg.train_flops_per_sample
-    if model_name not in TRAIN_FLOPS_PER_SAMPLE:
+    count = MODELS.lookup(model_name, "model.name").hook("train_flops", "model.name")
+    if count is None:
         raise InputError(f"no FLOP count for model '{model_name}': set "
                          "population.compute.train_flops_per_sample")
-    return TRAIN_FLOPS_PER_SAMPLE[model_name]
+    given = count()
+    number = isinstance(given, (int, float, np.integer, np.floating)) and given is not True
+    flops = float(given) if number else math.nan
+    if not 0 < flops < math.inf:
+        raise InputError(f"'model.name' = {model_name!r}: its train_flops hook returned "
+                         f"{given!r}, not a positive number of FLOPs per sample")
+    return flops
 
 
 def train_s_per_sample(speed_rel: np.ndarray, lenet_ref_s: float, flops: float) -> np.ndarray:
     """Seconds per training sample: the LeNet reference scaled by cost and speed."""
-    return lenet_ref_s * (flops / TRAIN_FLOPS_PER_SAMPLE["lenet5"]) / speed_rel
+    return lenet_ref_s * (flops / LENET5_TRAIN_FLOPS) / speed_rel

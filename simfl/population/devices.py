@@ -81,8 +81,9 @@ def build_devices(cfg: PopulationConfig, num_clients: int, covariate: np.ndarray
             (e.g. the share of digits in the writer's data); ignored when random.
         data_dir: the shared data root ($SIMFL_DATA_DIR); phone benchmark files are read
             from ``data_dir/devices`` when present, else built-in fallbacks are used.
-        model_name: key of ``compute.TRAIN_FLOPS_PER_SAMPLE`` (unless the config sets
-            ``compute.train_flops_per_sample``).
+        model_name: a model whose registry row has a ``train_flops`` hook
+            (compute.train_flops_per_sample), unless the config sets
+            ``compute.train_flops_per_sample``.
     """
     if cfg.region_assignment == "covariate" and covariate is None:
         raise ValueError("region_assignment = 'covariate' needs a client covariate")

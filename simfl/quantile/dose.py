@@ -33,6 +33,7 @@ import numpy as np
 from simfl.errors import InputError
 from simfl.quantile.estimators import Cohort, Estimate, Estimator, StatefulEstimator
 from simfl.quantile.panel import EstimatorContext, make_estimator
+from simfl.scenario import EstimatorConfig
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,12 @@ def shifted(ctx: EstimatorContext) -> Shifted:
                          f"rounds; shifted wraps an estimator without memory "
                          f"(cohort_exact, secure_mm, secure_bisection, ipw, ...)")
     return Shifted(base, cfg.offset_nats, cfg.level_shift, cfg.from_round)
+
+
+def base(cfg: EstimatorConfig) -> str:
+    """The estimator ``shifted`` wraps (its registry row's ``base`` hook: the scenario
+    checks count that estimator's keys and needs as the scenario's)."""
+    return cfg.shifted.base
 
 
 def dose(estimator: object, round_idx: int) -> tuple[float, float]:

@@ -28,11 +28,11 @@ from simfl.data.covariates import client_covariate
 from simfl.data.packed import Clients
 from simfl.errors import InputError, RunFailed, RunInterrupted
 from simfl.metrics import error_summary
-from simfl.plugins import check_origins, filters_by_threshold, source_sha256
+from simfl.plugins import MODELS, check_origins, filters_by_threshold, source_sha256
 from simfl.population import known_rates
 from simfl.population.availability import habit_columns
 from simfl.population.build import Population, build_population
-from simfl.population.compute import TRAIN_FLOPS_PER_SAMPLE, TRAIN_TO_FORWARD, describe_origin
+from simfl.population.compute import TRAIN_TO_FORWARD, describe_origin
 from simfl.population.habits import Habits
 from simfl.population.table import DeviceTable
 from simfl.population.trace_map import MappedTrace
@@ -404,10 +404,12 @@ def _one_sample(data: FederatedData) -> torch.Tensor:
 def _counted_cost(scenario: Scenario, data: FederatedData) -> PopulationConfig:
     """The population's configuration, with the model's training cost per sample counted
     from its forward pass (3 × its multiply-accumulates, simfl.train.models.forward_macs)
-    where neither ``population.compute.train_flops_per_sample`` nor the built-in table
-    (simfl.population.compute) gives it: a plug-in's or the cnn's."""
+    where neither ``population.compute.train_flops_per_sample`` nor the model's
+    ``train_flops`` hook (simfl.plugins.MODELS, simfl.population.compute) gives it: the
+    cnn's, or a plug-in's that declares none."""
     cfg = scenario.population
-    if cfg.compute.train_flops_per_sample > 0 or scenario.model.name in TRAIN_FLOPS_PER_SAMPLE:
+    model = MODELS.lookup(scenario.model.name, "model.name")
+    if cfg.compute.train_flops_per_sample > 0 or model.has_hook("train_flops"):
         return cfg
     macs = forward_macs(scenario.model, data.input_shape, data.num_classes,
                         _one_sample(data).dtype)

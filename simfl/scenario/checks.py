@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     from simfl.scenario import Scenario
 
 
-# The keys of [aggregator] and [estimator] some rule or estimator reads (plugins.py says
+# The keys of [aggregator] and [estimator] some rule or estimator reads (simfl.plugins says
 # which): one set away from its default when none that reads it runs is an error, as
 # for the server modes' keys.
 RULE_KEYS = ("theta", "mu", "q", "tilt", "lambda_step", "participation", "fedau_cutoff")
-# Keys of [population.availability] that only the modes reading them use (plugins.py)
+# Keys of [population.availability] that only the modes reading them use (simfl.plugins)
 MODE_KEYS = ("trace_mapping", "trace_covariate_correlation")
 ESTIMATOR_KEYS = ("secure_mm", "secure_bisection", "tracking", "ipw", "poststrat_history",
                   "shifted", "model_assisted", "noise_std", "rake", "ipw_shrunk",
@@ -48,9 +48,7 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
         raise InputError(f"{source}: 'aggregator.fedau_cutoff' = {agg.fedau_cutoff!r} has no "
                          f"meaning with 'aggregator.participation' = {agg.participation!r}")
     est, est_default = scenario.estimator, EstimatorConfig()
-    names = (est.name, *est.shadow)
-    used = [plugins.ESTIMATORS.lookup(name, "estimator.name", source)  # shifted's base too
-            for name in (*names, *([est.shifted.base] if "shifted" in names else []))]
+    used = estimators_used(scenario, source)
     for key in ESTIMATOR_KEYS:
         if (all(key not in (*p.keys, *p.reads) for p in used)
                 and getattr(est, key) != getattr(est_default, key)):
@@ -84,6 +82,18 @@ def _check_meaning(scenario: Scenario, source: str) -> None:
     if est.bias_every == 0 and est.decomposition_draws != est_default.decomposition_draws:
         raise InputError(f"{source}: 'estimator.decomposition_draws' has no meaning with "
                          f"'estimator.bias_every' = 0 (no bias rounds)")
+
+
+def estimators_used(scenario: Scenario, source: str = "<scenario>") -> list[plugins.Plugin]:
+    """The driver, the shadows and each estimator one of them wraps (its ``base`` hook:
+    ``shifted``'s ``estimator.shifted.base``), in that order: the estimators whose keys
+    and needs are the scenario's."""
+    est = scenario.estimator
+    named = [plugins.ESTIMATORS.lookup(name, "estimator.name", source)
+             for name in (est.name, *est.shadow)]
+    bases = [plugin.hook("base", "estimator.name", source) for plugin in named]
+    return [*named, *(plugins.ESTIMATORS.lookup(base(est), "estimator.name", source)
+                      for base in bases if base is not None)]
 
 
 def plugins_of(scenario: Scenario, source: str = "<scenario>") -> dict[str, plugins.Plugin]:
@@ -143,11 +153,12 @@ def check_relations(scenario: Scenario, source: str) -> None:
                          f"{MAX_BISECTION_SUMS}): raise tol")
     mode = scenario.population.availability.mode
     # the true online rates: the availability mode's rates hook (simfl.population.modes)
-    if ("ipw_known" in (scenario.estimator.name, *scenario.estimator.shadow)
-            and not found["population.availability.mode"].has_hook("rates")):
-        raise InputError(f"{source}: estimator 'ipw_known' needs the online rates of the "
-                         f"availability model; 'population.availability.mode' = {mode!r} "
-                         f"has none")
+    if not found["population.availability.mode"].has_hook("rates"):
+        for estimator in estimators_used(scenario, source):
+            if estimator.needs_rates:
+                raise InputError(f"{source}: estimator {estimator.name!r} needs the online "
+                                 f"rates of the availability model; "
+                                 f"'population.availability.mode' = {mode!r} has none")
     data, dataset = scenario.data, found["data.dataset"]
     if data.pixel_scaling == "authors" and (data.standardise
                                             or "pixel_scaling" not in dataset.reads):

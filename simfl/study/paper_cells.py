@@ -55,8 +55,10 @@ PAPER_BATCH = {"linear": 10, "convnet": 16}  # App. C.2.2's mini-batch sizes
 # The equivalence margins docs/reproduction.md registered (points of test error): below
 # the paper's own seed-to-seed spread and the rule differences it reports.
 MARGIN = {"linear": 1.0, "convnet": 2.0}
-# Cause C1's "not supported" bound: half of FedAvg's 2.60-point linear gap (registered).
+# Cause C1's "not supported" bound: half of FedAvg's 2.60-point linear gap (registered),
+# and the models whose cells C1 was registered for.
 HALF_GAP = 1.3
+C1_MODELS = ("linear",)
 # The statistics of a run: (label suffix, 90th percentile column, mean column).
 UNWEIGHTED = ("", "p90", "mean")
 WEIGHTED = (", sample-weighted", "wp90", "wmean")
@@ -180,8 +182,8 @@ def per_seed(table: pl.DataFrame, order: list[str]) -> list[str]:
 def weighting_shift(table: pl.DataFrame, order: list[str], model: str) -> list[str]:
     """Per variant, sample-weighted minus unweighted on the same runs (paired by run):
     the shift of the 90th percentile and of the mean with their 95 % t-intervals and,
-    for a linear cell of the paper, the registered verdict of cause C1 (docs/
-    reproduction.md, :func:`c1_verdict`)."""
+    for a cell of the paper of a model in C1_MODELS (the linear model's), the registered
+    verdict of cause C1 (docs/reproduction.md, :func:`c1_verdict`)."""
     margin = MARGIN.get(model, math.nan)
     lines = ["\nSample-weighted minus unweighted, the same runs (percentage points; 95 % "
              "t-interval over the runs; C1: the registered verdict, linear model)\n",
@@ -196,7 +198,8 @@ def weighting_shift(table: pl.DataFrame, order: list[str], model: str) -> list[s
         paper = paper_cell(model, variant)
         d = paper and versus_paper(100 * part["wp90"].to_numpy(), paper[0])
         verdict = equivalence(d, margin) if d else "—"
-        cause = c1_verdict(shifts[0], verdict == "equivalent") if d and model == "linear" else "—"
+        cause = (c1_verdict(shifts[0], verdict == "equivalent") if d and model in C1_MODELS
+                 else "—")
         lines.append(f"| {part['label'][0]} | {part.height} | {interval_text(shifts[0])} | "
                      f"{interval_text(shifts[1])} | {interval_text(d) if d else '—'} | "
                      f"{verdict} | {cause} |")

@@ -45,6 +45,7 @@ import math
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -53,6 +54,11 @@ from simfl.errors import InputError
 from simfl.quantile import weighted_quantile
 from simfl.rundir import MANIFEST
 from simfl.study import run_command, run_folders
+
+if TYPE_CHECKING:
+    from simfl.population.habits import Habits
+    from simfl.population.table import DeviceTable
+    from simfl.scenario import AvailabilityConfig
 
 
 def weighted_density(values: np.ndarray, weights: np.ndarray, at: float) -> float:
@@ -84,30 +90,57 @@ def predicted_term(losses: np.ndarray, alpha: np.ndarray, online_prob: np.ndarra
 
 def oracle_rates(manifest: dict, devices: pl.DataFrame):  # noqa: ANN201
     """The availability model's true online probabilities of the run's training devices
-    (the ``ipw_known`` oracle), rebuilt from its manifest's scenario and its
-    devices.parquet (each device's UTC offset and drawn habits): no data set needed."""
-    from simfl.population.diurnal import ProfileRates
-    from simfl.population.habits import HabitRates, Habits, calibrated_logits
+    (the ``ipw_known`` oracle, simfl.population.known_rates: its mode's ``rates`` hook),
+    rebuilt from its manifest's scenario and its devices.parquet (each device's region
+    and UTC offset and, for a mode that draws each device's own habits, its drawn
+    habits): no data set needed. InputError for a mode with no rates to rebuild from
+    these (a trace's need the mapped trace)."""
+    from simfl.plugins import AVAILABILITY
+    from simfl.population import known_rates
     from simfl.scenario import from_manifest
 
     scenario = from_manifest(manifest, str(MANIFEST))
     cfg = scenario.population.availability
     train = devices.filter(pl.col("split") == "train") if "split" in devices.columns else devices
     train = train.sort("client_idx")
-    offset_s = train["utc_offset_h"].to_numpy() * 3600.0
-    if cfg.mode == "diurnal":
-        return ProfileRates(offset_s, cfg.online_prob_by_hour)
-    if cfg.mode != "habits":
-        raise InputError(f"availability mode {cfg.mode!r}: no oracle rates to rebuild")
-    h, n = cfg.habits, train.height
     names = [r.name for r in scenario.population.regions]
-    region = np.array([names.index(r) for r in train["region"].to_list()])
+    region = np.array([names.index(r) for r in train["region"].to_list()], dtype=np.int32)
+    mode = AVAILABILITY.lookup(cfg.mode, "population.availability.mode", str(MANIFEST))
+    habits = _kept_habits(cfg, train, region) if mode.has_hook("habits") else None
+    rates = known_rates(cfg, _kept_devices(train, region, tuple(names)), habits)
+    if rates is None:
+        raise InputError(f"availability mode {cfg.mode!r}: no oracle rates to rebuild")
+    return rates
+
+
+def _kept_devices(train: pl.DataFrame, region: np.ndarray,
+                  names: tuple[str, ...]) -> DeviceTable:
+    """The training devices as devices.parquet keeps what the rates read: their regions
+    and UTC offsets (speeds, links and failure rates, which no rate reads and kept
+    archives drop, NaN)."""
+    from simfl.population.table import DeviceTable
+
+    n = train.height
+    unknown = np.full(n, math.nan)
+    return DeviceTable(client_idx=train["client_idx"].to_numpy(), region_idx=region,
+                       utc_offset_s=train["utc_offset_h"].to_numpy() * 3600.0,
+                       speed_rel=unknown, train_s_per_sample=unknown,
+                       down_bytes_per_s=unknown, up_bytes_per_s=unknown, latency_s=unknown,
+                       failure_rate_per_h=unknown, region_names=names)
+
+
+def _kept_habits(cfg: AvailabilityConfig, train: pl.DataFrame, region: np.ndarray) -> Habits:
+    """Each training device's habits as devices.parquet keeps them: logit shift, phase
+    and charging start, with the scenario's propensity profile and weekend shifts."""
+    from simfl.population.habits import Habits, calibrated_logits
+
+    h, n = cfg.habits, train.height
     weekend = np.asarray(h.weekend_logit_shift, dtype=float)
     weekend_shift = weekend[region] if weekend.size > 1 else np.full(n, weekend[0])
     charge = (train["charge_start_h"].fill_null(math.nan).to_numpy()
               if "charge_start_h" in train.columns else np.full(n, math.nan))
     zeros = np.zeros(n, dtype=np.int64)
-    habits = Habits(
+    return Habits(
         logit_shift=train["logit_shift"].to_numpy(), phase_s=train["phase_h"].to_numpy() * 3600,
         session_mean_s=np.full(n, cfg.session_mean_s), habit_class=zeros,
         class_shift=np.zeros(1), class_session_s=np.full(1, cfg.session_mean_s),
@@ -116,7 +149,6 @@ def oracle_rates(manifest: dict, devices: pl.DataFrame):  # noqa: ANN201
         weekend_shift=weekend_shift, charge_start_h=charge,
         class_weekend=np.unique(weekend_shift), class_engaged=np.ones(1),
         charge_prob=h.charge_prob, charge_hours=h.charge_hours)
-    return HabitRates(offset_s, habits)
 
 
 KEPT = "theory.parquet"  # what --keep writes beside the manifest
