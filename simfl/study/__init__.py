@@ -7,6 +7,8 @@ functions return them (polars frames, dicts or markdown lines); ``make docs-tabl
 - :mod:`~simfl.study.intervals`: paired t-intervals, equivalence verdicts, Holm's
   adjustment, Fieller's ratio interval, the sample-weighted 90th percentile, the power
   of a paired t-test;
+- :mod:`~simfl.study.compare`: any sweep's grid points, their final tail error paired by
+  seed against a reference point, Holm-adjusted, with the three verdicts;
 - :mod:`~simfl.study.paper_table`: the reproduction table of a paper sweep against the
   Δ-FL papers (docs/reproduction.md), with :mod:`~simfl.study.paper_cells` (the papers'
   cells, simfl − paper, cause C1) and :mod:`~simfl.study.paper_paired` (rules paired by
