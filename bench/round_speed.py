@@ -1,7 +1,7 @@
 """Seconds per warm round of local training: simfl against a bare per-client PyTorch loop.
 
     SIMFL_DATA_DIR=../shared/data python bench/round_speed.py [--clients 100 1000]
-        [--models linear mlp convnet plugin] [--repeats 5]
+        [--models linear mlp convnet plugin] [--repeats 5] [--clock cpu] [--root DIR]
 
 The workload of simfl issue 71: FEMNIST writers (the writer-level training devices,
 K drawn at random; without SIMFL_DATA_DIR, synthetic clients of FEMNIST's sizes),
@@ -21,7 +21,10 @@ gives a paired ratio bare / simfl. Printed: median (range) over the repetitions.
 Before timing, every method's parameters after a round of 8 clients (float64) are
 checked equal to the bare loop's (relative 1e-10). ``--clock cpu`` times the process's
 CPU seconds instead of wall seconds (one thread: steadier beside other busy processes).
-Flower (``flwr``) is not timed: a line says so, and whether it is importable.
+``--root DIR`` times the simfl package of another checkout (``git archive REV simfl``
+unpacked in DIR) under the same harness: the before / after figures; a checkout from
+before ``auto`` chose by timing reports the backend its rule chose. Flower (``flwr``) is
+not timed: a line says so, and whether it is importable.
 """
 
 from __future__ import annotations
@@ -30,8 +33,14 @@ import argparse
 import importlib.util
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if "--root" in sys.argv:  # another checkout's simfl under the same harness (before / after)
+    sys.path.insert(0, sys.argv[sys.argv.index("--root") + 1])
 
 import numpy as np
 import torch
@@ -43,8 +52,12 @@ from simfl.data.packed import ClientData
 from simfl.rng import Streams
 from simfl.scenario import DataConfig
 from simfl.train.batched import TrainHParams, plan_batches, train_cohort
-from simfl.train.choose import BackendChoice
 from simfl.train.models import ParamLayout, build_model, initial_params
+
+try:
+    from simfl.train.choose import BackendChoice
+except ImportError:  # a checkout from before auto chose by timing: it chose by rule
+    BackendChoice = None  # type: ignore[assignment,misc]
 
 BATCH, LR = 10, 0.1
 SIMFL = ("auto", "batched", "loop")
@@ -101,11 +114,18 @@ def bare_round(model: nn.Module, params: torch.Tensor, clients: ClientData,
     return deltas
 
 
-def simfl_round(method: str, choice: BackendChoice) -> Callable[..., torch.Tensor]:
+def new_choice() -> Any:
+    """A run's record of ``auto``'s choice (None in a checkout that chose by rule)."""
+    return BackendChoice() if BackendChoice is not None else None
+
+
+def simfl_round(method: str, choice: Any) -> Callable[..., torch.Tensor]:
     hp = TrainHParams(1, BATCH, LR, backend=method)  # type: ignore[arg-type]
 
     def run(model: nn.Module, params: torch.Tensor, clients: ClientData,
             seeds: list[int]) -> torch.Tensor:
+        if choice is None:
+            return train_cohort(model, params, clients, hp, seeds).deltas
         return train_cohort(model, params, clients, hp, seeds, choice).deltas
 
     return run
@@ -120,7 +140,7 @@ def check_equal(data: ClientData) -> None:
         params = initial_params(model, 0, torch.float64)
         want = bare_round(model, params, part, list(range(8)))
         for method in SIMFL:
-            got = simfl_round(method, BackendChoice())(model, params, part, list(range(8)))
+            got = simfl_round(method, new_choice())(model, params, part, list(range(8)))
             gap = float(((got - want).norm(dim=1) / want.norm(dim=1)).max())
             assert gap <= 1e-10, (name, method, gap)
     print("float64, 8 clients: every method's deltas equal the bare loop's (relative <= 1e-10)")
@@ -133,8 +153,8 @@ def time_workload(name: str, clients: ClientData, repeats: int, clock: Callable[
     model = MODELS[name]()
     params = initial_params(model, 0, torch.float32)
     seeds = list(range(clients.num_clients))
-    choice = BackendChoice()
-    methods = {m: simfl_round(m, choice if m == "auto" else BackendChoice()) for m in SIMFL}
+    choice = new_choice()
+    methods = {m: simfl_round(m, choice if m == "auto" else new_choice()) for m in SIMFL}
     methods["bare"] = bare_round
     times: dict[str, list[float]] = {m: [] for m in methods}
     for i in range(repeats + 1):
@@ -143,6 +163,9 @@ def time_workload(name: str, clients: ClientData, repeats: int, clock: Callable[
             run(model, params, clients, seeds)
             if i:
                 times[method].append(clock() - start)
+    if choice is None:
+        rule = importlib.import_module("simfl.train.batched").choose_backend  # the old rule
+        return times, f"{rule('auto', model, params.device, clients.num_clients)} (rule)"
     (chose,) = choice.record().values()
     if chose["backend"] == "loop":
         return times, "loop"
@@ -159,11 +182,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--root", type=Path, metavar="DIR",
+                        help="time the simfl package in DIR (another checkout) instead")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: this process's CPU seconds, steadier on a busy machine")
     args = parser.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     torch.set_num_threads(1)
+    import simfl
+    print(f"simfl from {Path(simfl.__file__).parent}")
     data, source = writers(max(args.clients))
     check_equal(data)
     print(f"{source}; FedAvg, 1 local epoch, batch {BATCH}, lr {LR}, 1 torch thread; "
