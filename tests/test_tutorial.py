@@ -41,8 +41,10 @@ def test_every_command_of_the_tutorial_runs(tmp_path: Path) -> None:
 
 def check_what_the_figures_show(results: Path) -> None:
     """Section 4's reading of its runs: rounds over two simulated days reach every training
-    device, the unseen devices' p90 stays near 1 for both rules and the training devices
-    err far less than unseen ones."""
+    device, the unseen devices' p90 stays near 1 for both rules while their mean error
+    falls well below its start (0.89 -> 0.64 and 0.66 at seed 0; at seeds 1 and 2 the
+    falls are 0.25 to 0.35, so a margin of 0.15), and the training devices err far less
+    than unseen ones."""
     for name in ("my_study", "my_study_fedavg"):
         run = simfl.open_run(results / name)
         assert run.rounds["t_end_s"].max() > 1.9 * 86400
@@ -53,3 +55,5 @@ def check_what_the_figures_show(results: Path) -> None:
         test, train = (final.filter(pl.col("split") == s)["error"] for s in ("test", "train"))
         assert test.quantile(0.9, "linear") >= 0.9
         assert train.mean() < test.mean() - 0.3
+        start = run.eval.filter((pl.col("round") == 0) & (pl.col("split") == "test"))
+        assert test.mean() < start["error"].mean() - 0.15

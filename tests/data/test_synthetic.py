@@ -107,7 +107,7 @@ def test_a_large_shared_model_decides_the_labels() -> None:
     x = clients.x.double().numpy()
     agree = (np.argmax(x @ weights + bias, axis=1) == clients.y.numpy()).mean()
     assert agree > 0.95
-    leaf = generate(SyntheticConfig(num_clients=20), Streams(0))
+    leaf = generate(SyntheticConfig(num_clients=20, shared_model=0.0), Streams(0))
     assert (np.argmax(leaf.x.double().numpy() @ weights + bias, axis=1)
             == leaf.y.numpy()).mean() < 0.5
 

@@ -33,6 +33,7 @@ SCENARIO = """
 seed = 5
 [data.synthetic]
 num_clients = 240
+shared_model = 0.0   # the default when the golden file was written (LEAF's generator)
 [aggregator]
 name = "deltafl"
 theta = 0.5

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from simfl import plugins
 from simfl.errors import InputError
 from simfl.metrics import error_summary
 from simfl.records import read_table, table_exists
@@ -141,7 +142,8 @@ def scenario_changes(run_dir: Path, scenario: Scenario) -> list[str]:
     from ``scenario``: one ``key = the run's value (the sweep: value)`` per key, sorted, or
     why the two cannot be compared; [] when they are the same. The manifest's scenario is
     read as ``resume`` reads it, so a key that simfl gained after the run started takes
-    its default (which keeps the old behaviour) and is no change."""
+    its default (which keeps the old behaviour) and is no change; nor is a ``[data]`` key
+    that only other data sets than both scenarios' read (:func:`_other_data_keys`)."""
     started = manifest_or_empty(run_dir).get("scenario")
     if not isinstance(started, dict):
         return ["its manifest holds no scenario"]
@@ -150,8 +152,23 @@ def scenario_changes(run_dir: Path, scenario: Scenario) -> list[str]:
     except InputError as e:  # a key simfl no longer has, or a value it no longer takes
         return [f"its scenario no longer loads ({e})"]
     now = dict(flatten(to_dict(scenario)))
+    unread = _other_data_keys({ran["data.dataset"], now["data.dataset"]})
     return [f"{key} = {toml_value(ran[key])} (the sweep: {toml_value(now[key])})"
-            for key in sorted(ran) if ran[key] != now[key]]
+            for key in sorted(ran) if ran[key] != now[key]
+            and not any(key == k or key.startswith(f"{k}.") for k in unread)]
+
+
+def _other_data_keys(used: set[str]) -> set[str]:
+    """The ``[data]`` keys (``data.synthetic``: its whole table) that simfl's data sets read
+    (their ``reads`` in simfl.plugins) but none of ``used`` does: no run of those reads
+    them, so a default of theirs changed since (data.synthetic.shared_model's) moves no
+    FEMNIST run. None when a plug-in data set is used: it may read any key."""
+    table = plugins.DATASETS.table
+    if not all(name in table and table[name].builtin for name in used):
+        return set()
+    read = {key for name in used for key in table[name].reads}
+    return {f"data.{key}" for p in table.values() if p.builtin for key in p.reads
+            if key not in read}
 
 
 def other_scenarios(sweep: Sweep, complete: Sequence[SweepRun]) -> list[str]:
