@@ -261,7 +261,7 @@ def test_a_model_with_a_flop_count_is_not_counted_from_its_forward_pass() -> Non
     """A model row's train_flops hook is its cost: the run counts no forward pass (this
     factory would fail if built); without it the cost is counted (the cnn's, a plug-in's:
     tests/test_plugins.py)."""
-    from simfl.runs.run import _counted_cost
+    from simfl.runs.build import _counted_cost
 
     def costly(input_shape: tuple[int, ...], num_classes: int) -> object:
         raise AssertionError("a model with a count is not built to count it")
@@ -328,3 +328,32 @@ def test_the_theory_oracle_is_the_modes_rates_rebuilt_from_the_tables() -> None:
     with pytest.raises(InputError, match="availability mode 'trace': no oracle rates to "
                                          "rebuild"):
         oracle_rates(trace, devices)
+
+
+@pytest.mark.parametrize(("declared", "mode", "noted"), [
+    ("", "async", True), ("mean_rule.applies_scales = True", "async", False),
+    ("", "sync", False)])
+def test_an_async_rule_that_does_not_declare_it_applies_the_scales_is_noted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, declared: str, mode: str,
+        noted: bool) -> None:
+    from simfl.scenario import from_dict, unscaled_rule_note
+
+    module = f"meanrules_{mode}_{bool(declared)}"  # a fresh module for each case
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(f'''
+        from simfl.aggregate.fedavg import fedavg
+
+        def mean_rule():
+            return fedavg()
+
+        {declared}
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scenario = from_dict({"aggregator": {"name": f"{module}:mean_rule"},
+                          "server": {"mode": mode}})
+    note = unscaled_rule_note(scenario)
+    assert (note is not None) == noted
+    if noted:
+        assert note is not None and f"'{module}:mean_rule' does not declare" in note
+    for rule in ("fedavg", "fedprox", "deltafl", "term"):  # simfl's async rules apply them
+        assert unscaled_rule_note(from_dict({"aggregator": {"name": rule},
+                                             "server": {"mode": "async"}})) is None

@@ -26,8 +26,9 @@ PARTICIPATION_ASYNC_REFUSED = (
     "buffer's updates start from different model versions")
 _PARTICIPATION = ("participation", "fedau_cutoff")
 # Every rule combines an async buffer through its own combine with staleness-scaled
-# weights (simfl.aggregate.base), except those with a reason here.
+# weights (simfl.aggregate.base: applies_scales), except those with a reason here.
 AGGREGATORS = Registry("aggregators", [
+    dataclasses.replace(rule, applies_scales=not rule.async_refused) for rule in (
     _own("fedavg", "simfl.aggregate.fedavg:fedavg", _PARTICIPATION),
     _own("fedprox", "simfl.aggregate.fedprox:fedprox", ("mu",)),
     dataclasses.replace(_own("deltafl", "simfl.aggregate.deltafl:deltafl",
@@ -41,7 +42,7 @@ AGGREGATORS = Registry("aggregators", [
     _own("afl", "simfl.aggregate.afl:afl", ("lambda_step",), f"its λ step {_ONE_MODEL}"),
     _own("drfa", "simfl.aggregate.drfa:drfa", ("lambda_step",),
          "its λ step probes losses on the chord of one round's step from one model"),
-])
+)])
 # Each model's training FLOPs per sample, counted by hand for the papers' shapes:
 # simfl.population.compute (cnn fits any shape: counted from its forward pass).
 _FLOPS = "simfl.population.compute"

@@ -53,7 +53,7 @@ HOOKS: dict[str, tuple[str, ...]] = {
 # What a plug-in declares of itself beside its hooks, as keyword arguments of its
 # decorator or attributes of its factory (simfl's own in their rows): the fields of
 # :class:`Plugin` of these names, False unless declared.
-FLAGS = ("filters_by_threshold", "needs_rates")
+FLAGS = ("filters_by_threshold", "needs_rates", "applies_scales")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,10 @@ class Plugin:
     # EstimatorContext's known_rates, ipw_known's oracle): a scenario naming it, or a
     # wrapper of it, needs an availability mode with a rates hook
     needs_rates: bool = False
+    # an aggregation rule whose combine applies an async buffer's staleness scales
+    # (RoundInputs.scales, simfl.aggregate.base): without it an async run says that the
+    # rule may weigh a stale update as a fresh one
+    applies_scales: bool = False
     factory: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     # its hooks (:data:`HOOKS`): name -> "package.module:function" or the function
     hooks: tuple[tuple[str, str | Callable[..., Any]], ...] = field(default=(), repr=False)
@@ -265,20 +269,23 @@ class Registry:
 
     def register(self, name: str | None = None, *, async_refused: str = "",
                  filters_by_threshold: bool = False, needs_rates: bool = False,
-                 **hooks: Any) -> Callable[[F], F]:
+                 applies_scales: bool = False, **hooks: Any) -> Callable[[F], F]:
         """Decorator: register the decorated factory under ``name`` (default: its own);
         ``filters_by_threshold`` (aggregation rules): the rule trains the reporters at or
         above the estimator panel's threshold, as Δ-FL; ``needs_rates`` (estimators): it
-        weighs by the availability model's true online rates, as ``ipw_known``
-        (:class:`Plugin`); each also an attribute of the factory; ``hooks``: the point's
-        functions it provides (:data:`HOOKS`), or attributes of the factory."""
+        weighs by the availability model's true online rates, as ``ipw_known``;
+        ``applies_scales`` (aggregation rules): its combine applies
+        ``RoundInputs.scales`` in async mode (:class:`Plugin`); each also an attribute of
+        the factory; ``hooks``: the point's functions it provides (:data:`HOOKS`), or
+        attributes of the factory."""
         def decorate(factory: F) -> F:
             declared = self._flags(factory)
             self.add(name or factory.__name__, factory, async_refused,
                      hooks={**self._declared(factory), **hooks},
                      filters_by_threshold=filters_by_threshold
                      or declared["filters_by_threshold"],
-                     needs_rates=needs_rates or declared["needs_rates"])
+                     needs_rates=needs_rates or declared["needs_rates"],
+                     applies_scales=applies_scales or declared["applies_scales"])
             return factory
         return decorate
 

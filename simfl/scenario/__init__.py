@@ -52,7 +52,7 @@ from simfl.scenario.population import (
     PopulationConfig,
     Region,
 )
-from simfl.scenario.server import ServerConfig, unused_server_keys
+from simfl.scenario.server import ServerConfig, unscaled_rule_note, unused_server_keys
 from simfl.scenario.train import EvalConfig, ModelConfig, TrainConfig
 
 
@@ -170,5 +170,5 @@ __all__ = [
     "Region", "RunConfig", "Scenario", "SecureMMConfig", "ServerConfig", "ShiftedConfig",
     "ShrunkIPWConfig", "ShrunkStrataConfig", "SyntheticConfig", "TrackingConfig", "TrainConfig",
     "build_config", "flatten", "from_dict", "from_manifest", "is_plain_name", "load_scenario",
-    "plugins_of", "set_key", "to_dict", "unused_server_keys",
+    "plugins_of", "set_key", "to_dict", "unscaled_rule_note", "unused_server_keys",
 ]

@@ -61,6 +61,20 @@ def unused_server_keys(scenario: Scenario) -> tuple[str, ...]:
                  if getattr(server, key) != getattr(default, key))
 
 
+def unscaled_rule_note(scenario: Scenario) -> str | None:
+    """In async mode, a note for a rule that does not declare it applies the buffer's
+    staleness scales (``applies_scales``, simfl.plugins): its combine may weigh a stale
+    update as a fresh one. None otherwise."""
+    if scenario.server.mode != "async":
+        return None
+    rule = plugins.AGGREGATORS.lookup(scenario.aggregator.name, "aggregator.name")
+    if rule.applies_scales:
+        return None
+    return (f"note: aggregator {rule.name!r} does not declare applies_scales: unless its "
+            "combine applies RoundInputs.scales, async mode weighs a stale update as a "
+            "fresh one (server.staleness has no effect)")
+
+
 def check_server(scenario: Scenario, source: str) -> None:
     """What async mode supports (the other mode's keys: :func:`unused_server_keys`)."""
     server, default = scenario.server, ServerConfig()
