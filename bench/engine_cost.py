@@ -122,7 +122,7 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
     import torch
 
     import simfl
-    import simfl.runs.run as run
+    import simfl.runs.build as run_build
     import simfl.train.local as local
     from simfl.cli import main
     from simfl.train.batched import CohortResult
@@ -182,7 +182,7 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
     Learner.evaluate = timed_eval  # type: ignore[method-assign]
     if synthetic:
         num_clients = round(SYNTHETIC_SHARE * k / 0.9)
-        run.load_data = lambda cfg, streams: synthetic_data(num_clients)
+        run_build.load_data = lambda cfg, streams: synthetic_data(num_clients)
     with tempfile.TemporaryDirectory() as tmp:
         args = [str(SCENARIO), "--out", str(Path(tmp) / "run"), "--quiet"]
         code = main([*args, *(a for s in settings(k, rounds, synthetic) for a in ("--set", s))])

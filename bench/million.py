@@ -79,7 +79,7 @@ class Timers:
 
 def instrument(timers: Timers) -> None:
     """Wrap the parts of a run (module attributes and methods, before the run starts)."""
-    import simfl.runs.run as run
+    import simfl.runs.build as run_build
     from simfl.data.packed import FederatedData, GeneratedClients
     from simfl.records import Recorder
     from simfl.runs.checkpoint import Checkpointer
@@ -87,8 +87,8 @@ def instrument(timers: Timers) -> None:
     from simfl.train.local import LocalWork
     from simfl.train.threshold import PanelFilter
 
-    run.load_data = timers.wrap("data", run.load_data)
-    run.build_population = timers.wrap("availability", run.build_population)
+    run_build.load_data = timers.wrap("data", run_build.load_data)
+    run_build.build_population = timers.wrap("availability", run_build.build_population)
     for cls, name, label in ((FederatedData, "fingerprint", "fingerprint"),
                              (LocalWork, "train", "training"),
                              (LocalWork, "losses", "loss reports"),

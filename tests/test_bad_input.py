@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-import simfl.runs.run
+import simfl.runs.build
 from simfl.cli import main
 from simfl.plots.runs import plot_run
 from simfl.rundir import run_lock
@@ -271,7 +271,7 @@ def test_ctrl_c_while_a_run_loads_its_data_is_one_line_and_writes_nothing(
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(simfl.runs.run, "load_data", interrupted)
+    monkeypatch.setattr(simfl.runs.build, "load_data", interrupted)
     out = tmp_path / "run"
     code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
     assert (code, err) == (130, f"simfl: {out}: interrupted before the run began; "
@@ -651,7 +651,7 @@ def test_a_full_disk_that_refuses_the_failed_manifests_copy_still_records_the_re
         capsys: pytest.CaptureFixture[str]) -> None:
     import errno
 
-    import simfl.records
+    import simfl.records.writer
     import simfl.rundir
 
     write_atomically = simfl.rundir.write_atomically
@@ -666,7 +666,7 @@ def test_a_full_disk_that_refuses_the_failed_manifests_copy_still_records_the_re
         write_atomically(path, write)  # type: ignore[arg-type]
 
     monkeypatch.setattr(simfl.rundir, "write_atomically", no_room)
-    monkeypatch.setattr(simfl.records, "write_atomically", no_room)
+    monkeypatch.setattr(simfl.records.writer, "write_atomically", no_room)
     code, err, _ = cli([scenario, "--out", out, "--quiet"], capsys)
     manifest = json.loads((out / "manifest.json").read_text())
     assert code == 1 and "No space left on device" in err
@@ -807,6 +807,6 @@ def test_numpy_warnings_do_not_print_before_simfls_line(
         np.exp(np.array([1e4]))  # RuntimeWarning: overflow encountered in exp
         raise InputError("'some.key' = 1e4: refused")
 
-    monkeypatch.setattr(simfl.runs.run, "load_data", overflowing)
+    monkeypatch.setattr(simfl.runs.build, "load_data", overflowing)
     code, err, _ = cli([scenario, "--out", tmp_path / "run", "--quiet"], capsys)
     assert code == 2 and err == "simfl: error: 'some.key' = 1e4: refused\n"

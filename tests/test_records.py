@@ -118,7 +118,7 @@ def test_the_merge_is_the_whole_table_sorted_by_round_part_by_part(
         tmp_path: Path, group_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Parts whose rounds overlap (a straggler's round written after later rounds) and an
     empty one merge to the bytes of all rows stably sorted by round and written at once."""
-    monkeypatch.setattr(records, "ROW_GROUP_ROWS", group_rows)
+    monkeypatch.setattr(records.writer, "ROW_GROUP_ROWS", group_rows)
     schema = SCHEMAS["comm"]
     rounds = [[0, 0, 1, 2], [1, 3, 3], [], [2, 4], [4, 5, 6, 5, 7, 7, 8], [6, 9]]
     paths, seen = [], 0

@@ -334,8 +334,8 @@ def test_the_theory_oracle_is_the_modes_rates_rebuilt_from_the_tables() -> None:
     ("", "async", True), ("mean_rule.applies_scales = True", "async", False),
     ("", "sync", False)])
 def test_an_async_rule_that_does_not_declare_it_applies_the_scales_is_noted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, declared: str, mode: str,
-        noted: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        declared: str, mode: str, noted: bool) -> None:
     from simfl.scenario import from_dict, unscaled_rule_note
 
     module = f"meanrules_{mode}_{bool(declared)}"  # a fresh module for each case
@@ -354,6 +354,15 @@ def test_an_async_rule_that_does_not_declare_it_applies_the_scales_is_noted(
     assert (note is not None) == noted
     if noted:
         assert note is not None and f"'{module}:mean_rule' does not declare" in note
+    if noted:  # a run says it before it starts
+        from simfl.cli import main
+        out = tmp_path / "run"
+        capsys.readouterr()
+        assert main([str(Path(__file__).parent.parent / "scenarios" / "quick_synthetic.toml"),
+                     "--out", str(out), "--quiet", "--set",
+                     f'aggregator.name="{module}:mean_rule"', "--set", 'server.mode="async"',
+                     "--set", "server.num_rounds=2"]) == 0
+        assert note in capsys.readouterr().out  # with the run's other lines
     for rule in ("fedavg", "fedprox", "deltafl", "term"):  # simfl's async rules apply them
         assert unscaled_rule_note(from_dict({"aggregator": {"name": rule},
                                              "server": {"mode": "async"}})) is None

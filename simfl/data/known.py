@@ -1,7 +1,7 @@
 """What a data set's keys say before it is loaded: the hooks a data set's row of
 simfl.plugins.DATASETS names beside its loader (``input_shape``, ``memory_terms`` and
 ``sizes``, simfl.plugins.HOOKS), read by the memory guard (simfl.runs.memory) and by the
-checks a run makes before loading (simfl.runs.run)."""
+checks a run makes before loading (simfl.runs.build)."""
 
 from __future__ import annotations
 

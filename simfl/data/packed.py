@@ -243,7 +243,7 @@ class FederatedData:
         counts and labels; of generated clients, the labels of their first chunk (the
         others are made by the same code from the same seed, both checked apart). Not
         the features: standardised, their floats may differ in the last bit with the
-        thread count. A resume checks it (simfl.runs.run)."""
+        thread count. A resume checks it (simfl.runs.manifest)."""
         digest = hashlib.sha256(self.name.encode())
         for side in (self.train, self.test):
             digest.update("\0".join(map(str, side.client_ids)).encode())

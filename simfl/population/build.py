@@ -1,5 +1,5 @@
 """The population of a run, built in one place: devices, their availability and network
-paths (runs/run.py for a Scenario's training clients; the DRFL engine for its clients),
+paths (runs/build.py for a Scenario's training clients; the DRFL engine for its clients),
 and the unseen test devices beside them (:class:`UnseenDevices`)."""
 
 from __future__ import annotations

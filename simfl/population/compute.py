@@ -207,7 +207,7 @@ def draw_speed_rel(cfg: ComputeConfig, num_devices: int, rng: np.random.Generato
 def train_flops_per_sample(cfg: ComputeConfig, model_name: str) -> float:
     """The configured training cost per sample, else the model's ``train_flops`` hook's
     (simfl.plugins.MODELS). InputError for a model without the hook (a run counts it from
-    the forward pass first: simfl.runs.run) and for a hook that gives no positive finite
+    the forward pass first: simfl.runs.build) and for a hook that gives no positive finite
     number."""
     if cfg.train_flops_per_sample > 0:
         return cfg.train_flops_per_sample

@@ -261,7 +261,7 @@ def _model_terms(scenario: Scenario) -> list[Term]:
         with torch.device("meta"):
             model = build_model(scenario.model.name, shape, classes, scenario.model.bias,
                                 scenario.model.params)
-    except (ValueError, InputError):  # a model for other data (run.check_feasible says which)
+    except (ValueError, InputError):  # a model for other data (build.check_feasible says which)
         return [(0.0, "'model.name'", "the model")]
     params = sum(p.numel() for p in model.parameters())
     size = 8 if scenario.train.dtype == "float64" else 4

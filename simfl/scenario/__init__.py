@@ -2,7 +2,7 @@
 
 A scenario is data, not code. :func:`load_scenario` rejects unknown keys (naming
 the nearest valid one), wrong types and out-of-range values with an
-:class:`~simfl.errors.InputError` before any work is done. Only ``runs/run.py`` sees
+:class:`~simfl.errors.InputError` before any work is done. Only ``runs/`` sees
 the whole :class:`Scenario`; every other module gets the section it needs.
 
 The scenario's shape is :class:`Scenario` below, one field a section; each section's

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-import simfl.runs.run
+import simfl.runs.build
 from simfl.aggregate import Aggregator, RoundInputs, deltafl, fedavg, make_aggregator
 from simfl.aggregate import participation as part
 from simfl.aggregate.base import Reports, weighted_mean
@@ -143,7 +143,7 @@ def _learner(aggregator: dict[str, object], seed: int = 0) -> Learner:
                                                      "num_classes": 3}},
                 "train": {"lr": 0.1, "lr_decay_every": 2, "lr_decay_factor": 0.5},
                 "aggregator": aggregator}
-    return simfl.runs.run._build(from_dict(scenario)).learner
+    return simfl.runs.build.build_run(from_dict(scenario)).learner
 
 
 def test_mifa_is_fedavg_under_full_participation_to_the_bit() -> None:

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-import simfl.runs.run
+import simfl.runs.build
 from simfl.cli import main
 from simfl.errors import InputError
 from simfl.population.availability import known_rates, trace_availability
@@ -161,7 +161,7 @@ def test_a_count_mismatch_is_exit_2_before_the_data_are_loaded(
     def unreachable(*args: object) -> None:
         raise AssertionError("the data were loaded")
 
-    monkeypatch.setattr(simfl.runs.run, "load_data", unreachable)
+    monkeypatch.setattr(simfl.runs.build, "load_data", unreachable)
     trace, out = tiny_trace(tmp_path), tmp_path / "run"
     capsys.readouterr()
     start = time.monotonic()

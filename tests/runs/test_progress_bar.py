@@ -1,4 +1,4 @@
-"""The round progress bar (simfl.runs.run._simulate): its last line shows the final
+"""The round progress bar (simfl.runs.loop.simulate): its last line shows the final
 evaluation, after the last round, not the one before it."""
 
 from __future__ import annotations

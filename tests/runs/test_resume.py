@@ -34,6 +34,7 @@ import polars as pl
 import pytest
 import torch
 
+import simfl.runs.build
 import simfl.runs.run
 from simfl.aggregate import Aggregator, Combined, RoundInputs, make_aggregator
 from simfl.cli import main
@@ -387,13 +388,13 @@ def test_a_resumed_run_is_running_without_the_last_sessions_ending(
         interrupted: Path, copy_of: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"reason", "health"} <= manifest(interrupted).keys()
     out = copy_of(interrupted)
-    simulate, seen = simfl.runs.run._simulate, []
+    simulate, seen = simfl.runs.run.simulate, []
 
     def looking(*args: Any, **kwargs: Any) -> Any:
         seen.append(manifest(out))  # as the resumed session begins to run
         return simulate(*args, **kwargs)
 
-    monkeypatch.setattr(simfl.runs.run, "_simulate", looking)
+    monkeypatch.setattr(simfl.runs.run, "simulate", looking)
     assert resume(out) == 0
     (running,) = seen
     assert running["status"] == "running"
@@ -662,7 +663,7 @@ def test_a_nonfinite_update_is_dropped_and_logged(tmp_path: Path, monkeypatch: p
                                                   caplog: pytest.LogCaptureFixture) -> None:
     # The plain loop backend: in the batched one, padding rows read another client's
     # samples, and inf inputs there would poison everyone (real data is finite).
-    monkeypatch.setattr(simfl.runs.run, "load_data", poisoned_loader)
+    monkeypatch.setattr(simfl.runs.build, "load_data", poisoned_loader)
     out = tmp_path / "run"
     with caplog.at_level(logging.WARNING, logger="simfl.train.local"):
         assert run(write_scenario(tmp_path, aggregator="fedavg", backend="loop"), out) == 0
@@ -709,7 +710,7 @@ def test_a_nonfinite_global_model_fails_the_run_and_keeps_the_last_good_checkpoi
 
     rounds = pl.read_parquet(baseline / "rounds.parquet")
     failing = rounds.filter(pl.col("num_aggregated") > 0)["round"][3]
-    monkeypatch.setattr(simfl.runs.run, "make_aggregator", blow_up_at_the_4th_aggregation)
+    monkeypatch.setattr(simfl.runs.build, "make_aggregator", blow_up_at_the_4th_aggregation)
     out = tmp_path / "run"
     assert run(scenario, out) == 1
     err = capsys.readouterr().err
@@ -769,7 +770,7 @@ DELTA_FL = {"data": {"synthetic": {"num_clients": 12}},
 
 def _delta_fl_learner(seed: int = 0) -> Learner:
     """A run's learner with its estimator panel wired, as simfl.runs.run wires it."""
-    return simfl.runs.run._build(from_dict({**DELTA_FL, "seed": seed})).learner
+    return simfl.runs.build.build_run(from_dict({**DELTA_FL, "seed": seed})).learner
 
 
 def test_learner_state_is_plain_data_under_named_keys() -> None:
@@ -810,9 +811,9 @@ def test_learner_state_round_trips() -> None:
     assert (ipw[0].estimate(cohort, 0.5, np.random.default_rng(0)).threshold
             == ipw[1].estimate(cohort, 0.5, np.random.default_rng(0)).threshold)
     afl = {"data": {"synthetic": {"num_clients": 8}}, "aggregator": {"name": "afl"}}
-    learner = simfl.runs.run._build(from_dict(afl)).learner
+    learner = simfl.runs.build.build_run(from_dict(afl)).learner
     learner.model.aggregator_state = learner.model.aggregator_state * 0.5 + 0.25
-    other = simfl.runs.run._build(from_dict({**afl, "seed": 1})).learner
+    other = simfl.runs.build.build_run(from_dict({**afl, "seed": 1})).learner
     other.load_state_dict(learner.state_dict())
     np.testing.assert_array_equal(other.model.aggregator_state,
                                   learner.model.aggregator_state)

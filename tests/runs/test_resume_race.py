@@ -41,14 +41,14 @@ import sys, time
 from pathlib import Path
 import simfl.runs.run as run
 from simfl.cli import main
-build, gate = run._build, Path(sys.argv[1])
+build, gate = run.build_run, Path(sys.argv[1])
 def gated(scenario):
     built = build(scenario)
     (gate / "built").touch()
     while not (gate / "go").exists():
         time.sleep(0.01)
     return built
-run._build = gated
+run.build_run = gated
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -70,7 +70,7 @@ def hashes(run_dir: Path) -> dict[str, str]:
 def while_building(monkeypatch: pytest.MonkeyPatch, meanwhile: Any) -> None:
     """The first resume calls ``meanwhile()`` once it has read the manifest and built the
     run, before it takes the lock: as another process would, in the window."""
-    build, calls = simfl.runs.run._build, []
+    build, calls = simfl.runs.run.build_run, []
 
     def building(*args: Any) -> Any:
         built = build(*args)
@@ -79,7 +79,7 @@ def while_building(monkeypatch: pytest.MonkeyPatch, meanwhile: Any) -> None:
             meanwhile()
         return built
 
-    monkeypatch.setattr(simfl.runs.run, "_build", building)
+    monkeypatch.setattr(simfl.runs.run, "build_run", building)
 
 
 def refused_with(capsys: pytest.CaptureFixture[str], code: int, *named: str) -> None:

@@ -36,7 +36,7 @@ BYTES_PER_NUMBER = 8  # the ADMM exchanges float64 vectors
 def build_fleet(cfg: PopulationConfig, num_clients: int, dim: int, solver_passes: float,
                 streams: Streams) -> Population:
     """The devices of the DRFL clients (device s holds client s), their availability and
-    network, for a ``dim``-parameter linear model: runs/run.py's population builder."""
+    network, for a ``dim``-parameter linear model: runs/build.py's population builder."""
     flops = 6.0 * dim * solver_passes  # per sample and subproblem
     cfg = replace(cfg, compute=replace(cfg.compute, train_flops_per_sample=flops))
     return build_population(cfg, num_clients, None, streams, "linear")
