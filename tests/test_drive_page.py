@@ -1,4 +1,5 @@
-"""docs/drive.md: the drive's sweep uses the gallery's phones population, key for key."""
+"""docs/drive.md: the drive's sweep uses the gallery's phones population, key for key, and its
+results are what the registered analysis prints from the kept runs."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ def test_the_drive_runs_on_the_galleries_phones_population() -> None:
     drawn = {k: v for k, v in sweep.items() if k.startswith("population.availability.")}
     drawn.pop("population.availability.habits.covariate_correlation")  # the data coupling
     assert drawn == phones
+
+
+def test_the_results_block_is_what_the_registered_analysis_prints_from_the_kept_runs() -> None:
+    from simfl.study.drive import read_runs, report
+
+    page = (ROOT / "docs" / "drive.md").read_text()
+    block = page.split("## Results", 1)[1].split("```\n", 2)[1]
+    assert "\n".join(report(read_runs(ROOT / "docs" / "runs" / "drive_phones"))) + "\n" == block

@@ -233,15 +233,20 @@ def run_points(run_dir: Path, window: tuple[int, int] | None = None,
     return pl.DataFrame(rows)
 
 
-def by_lag(folders: list[Path], window: tuple[int, int] | None) -> pl.DataFrame:
-    """Every bias round's point of every run, grouped by the age of the losses it used
-    (evaluation round − bias round): how the prediction's error grows with that age."""
+def lag_points(folders: list[Path], window: tuple[int, int] | None) -> pl.DataFrame:
+    """Every bias round's point of every run, with the age of the losses it used
+    (``lag``: evaluation round − bias round) and its error (measured − predicted)."""
     points = [run_points(run, window).with_columns(run=pl.lit(run.name))
               for run in run_folders(folders)]
-    table = pl.concat([p for p in points if len(p)])
-    return (table.with_columns(lag=pl.col("loss_round") - pl.col("round"),
-                               error=pl.col("measured") - pl.col("predicted"))
-            .group_by("lag").agg(pl.len().alias("points"), pl.col("measured").mean(),
+    return pl.concat([p for p in points if len(p)]).with_columns(
+        lag=pl.col("loss_round") - pl.col("round"),
+        error=pl.col("measured") - pl.col("predicted"))
+
+
+def by_lag(points: pl.DataFrame) -> pl.DataFrame:
+    """:func:`lag_points` grouped by the age of the losses: how the prediction's error
+    grows with that age."""
+    return (points.group_by("lag").agg(pl.len().alias("points"), pl.col("measured").mean(),
                                  pl.col("predicted").mean(), pl.col("error").mean(),
                                  pl.col("error").abs().mean().alias("mean_abs_error"),
                                  pl.corr("measured", "predicted").alias("correlation"))
@@ -296,8 +301,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"kept {keep(run, args.keep)}")
             return
         if args.by_lag:
+            points = lag_points(args.folders, window)
             with pl.Config(tbl_rows=-1, float_precision=4, tbl_hide_dataframe_shape=True):
-                print(by_lag(args.folders, window))
+                print(by_lag(points))
+            own = points.filter(pl.col("lag") == 0)
+            if len(own) > 2:
+                slope, intercept, r2 = fit_line(own["predicted"].to_numpy(),
+                                                own["measured"].to_numpy())
+                print(f"losses of the bias round itself (lag 0), {len(own)} points: measured = "
+                      f"{slope:.3f} x predicted {intercept:+.4f} (R² {r2:.3f})")
             return
         table = runs_table(args.folders, window)
         slope, intercept, r2 = fit_line(table["predicted"].to_numpy(),
