@@ -166,6 +166,8 @@ def time_workload(name: str, clients: ClientData, repeats: int, clock: Callable[
     if choice is None:
         rule = importlib.import_module("simfl.train.batched").choose_backend  # the old rule
         return times, f"{rule('auto', model, params.device, clients.num_clients)} (rule)"
+    if not choice.record():  # a model auto trains batched without measuring (the linear)
+        return times, "batched (not measured)"
     (chose,) = choice.record().values()
     if chose["backend"] == "loop":
         return times, "loop"
