@@ -352,9 +352,8 @@ def test_an_async_rule_that_does_not_declare_it_applies_the_scales_is_noted(
                           "server": {"mode": mode}})
     note = unscaled_rule_note(scenario)
     assert (note is not None) == noted
-    if noted:
+    if noted:  # and a run says it before it starts
         assert note is not None and f"'{module}:mean_rule' does not declare" in note
-    if noted:  # a run says it before it starts
         from simfl.cli import main
         out = tmp_path / "run"
         capsys.readouterr()
