@@ -40,10 +40,68 @@ class Streams:
         """A 63-bit integer seed (for a ``torch.Generator``) for ``purpose`` and ``keys``."""
         return int(self.sequence(purpose, *keys).generate_state(1, dtype=np.uint64)[0] >> 1)
 
+    def seeds(self, purpose: str, *keys: int, last: np.ndarray) -> np.ndarray:
+        """(m,) int64: ``seed(purpose, *keys, k)`` for each k of ``last`` (each < 2^32), bit
+        for bit, computed for all of them at once. SeedSequence (O'Neill's seed_seq
+        alternative, as numpy implements it in ``numpy/random/bit_generator.pyx``) hashes
+        its entropy words into a pool of 4 uint32 in order, the words after the first four
+        each mixed into every pool entry with hash constants that depend only on their
+        position; so the pool of ``(*keys, k)`` is the pool of ``keys`` with the one word k
+        mixed in (:func:`_mix_last`), then its first two state words hashed out
+        (:func:`_state64`)."""
+        last = np.asarray(last, dtype=np.int64)
+        if len(last) and (last.min() < 0 or last.max() >= 2**32):
+            raise ValueError("seeds: every key of 'last' must be in [0, 2^32)")
+        prefix = self.sequence(purpose, *keys)
+        words = max(_num_words(self.root_seed), _POOL) + sum(map(_num_words, prefix.spawn_key))
+        calls = _POOL + _POOL * (_POOL - 1) + _POOL * (words - _POOL)  # hashmixes so far
+        pool = _mix_last(prefix.pool, last.astype(np.uint32), _INIT_A * pow(_MULT_A, calls, 2**32))
+        return (_state64(pool) >> np.uint64(1)).astype(np.int64)
+
     def keyed(self, purpose: str) -> KeyedStreams:
         """Streams of ``purpose`` keyed by one integer (a device), computed for many keys at
         once (:class:`KeyedStreams`)."""
         return KeyedStreams(int(self.sequence(purpose).generate_state(1, np.uint64)[0]))
+
+
+# SeedSequence's constants (numpy/random/bit_generator.pyx, after O'Neill's seed_seq)
+_POOL, _XSHIFT = 4, np.uint32(16)
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R = np.uint32(0xCA01F9DD), np.uint32(0x4973F715)
+
+
+def _num_words(n: int) -> int:
+    """How many uint32 words SeedSequence makes of the integer ``n`` >= 0."""
+    return max(1, (int(n).bit_length() + 31) // 32)
+
+
+def _mix_last(pool: np.ndarray, word: np.ndarray, hash_const: int) -> np.ndarray:
+    """(m, 4) uint32: the 4-word ``pool`` with each of the (m,) ``word`` mixed in as
+    SeedSequence mixes an entropy word past the first four (``hash_const``: the hash
+    constant before that word's first hashmix)."""
+    out = np.empty((len(word), _POOL), np.uint32)
+    with np.errstate(over="ignore"):
+        for dst in range(_POOL):
+            value = word ^ np.uint32(hash_const % 2**32)
+            hash_const = hash_const * _MULT_A % 2**32
+            value *= np.uint32(hash_const)
+            value ^= value >> _XSHIFT
+            mixed = _MIX_L * np.uint32(pool[dst]) - _MIX_R * value
+            out[:, dst] = mixed ^ (mixed >> _XSHIFT)
+    return out
+
+
+def _state64(pool: np.ndarray) -> np.ndarray:
+    """(m,) uint64: ``generate_state(1, np.uint64)`` of each (m, 4) uint32 pool."""
+    state = np.empty((len(pool), 2), np.uint32)
+    hash_const = _INIT_B
+    with np.errstate(over="ignore"):
+        for i in range(2):
+            value = pool[:, i] ^ np.uint32(hash_const)
+            hash_const = hash_const * _MULT_B % 2**32
+            value *= np.uint32(hash_const)
+            state[:, i] = value ^ (value >> _XSHIFT)
+    return state.view(np.uint64)[:, 0]  # two uint32 read as one, as numpy's view does
 
 
 GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment: 2^64 / the golden ratio, odd

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from simfl.rng import GAMMA, KeyedStreams, Streams
 
@@ -74,3 +75,22 @@ def test_a_key_s_normals_are_the_same_alone_or_among_others_and_normal() -> None
     assert abs(together.mean()) < 0.02 and abs(together.std() - 1) < 0.015
     assert abs(np.mean(together.astype(np.float64) ** 4) - 3) < 0.1
     assert np.abs(together).max() <= 5.66
+
+
+def test_seeds_for_many_keys_equal_seed_key_by_key() -> None:
+    """Streams.seeds (SeedSequence's last-word mixing in numpy) against Streams.seed, which
+    builds one numpy SeedSequence per key: root seeds of one to four uint32 words, spawn
+    prefixes of none to two keys (one of two words), last keys at both ends of [0, 2^32)."""
+    rng = np.random.default_rng(1)
+    for root in (0, 7, 2**32 - 1, 2**32, 2**64 + 3, 2**100 + 7):
+        streams = Streams(root)
+        for keys in ((), (5,), (2**32 + 1,), (3, 4)):
+            last = rng.integers(0, 2**32, 40)
+            last[:3] = (0, 1, 2**32 - 1)
+            expected = [streams.seed("shuffle", *keys, int(k)) for k in last]
+            assert streams.seeds("shuffle", *keys, last=last).tolist() == expected
+
+
+def test_seeds_refuse_a_last_key_of_more_than_one_word() -> None:
+    with pytest.raises(ValueError, match="2\\^32"):
+        Streams(0).seeds("shuffle", 1, last=np.array([2**32]))

@@ -62,7 +62,7 @@ class LocalWork:
             backend=self.train_cfg.backend,
             precision=self.train_cfg.precision,
         )
-        seeds = [self.streams.seed("shuffle", round_idx, int(k)) for k in client_idx]
+        seeds = self.streams.seeds("shuffle", round_idx, last=client_idx).tolist()
         result = train_cohort(self.model, params, self.data.train.cohort(client_idx), hparams,
                               seeds, self.backends)
         finite = finite_rows(result.deltas)
