@@ -1,7 +1,7 @@
 """What a sync round costs outside local training, by cohort size: the engine's growth with K.
 
     SIMFL_DATA_DIR=../shared/data OMP_NUM_THREADS=1 python bench/engine_cost.py
-        [--sizes 100,1000,5000] [--rounds 5] [--no-train] [--profile 15] [--gc-freeze]
+        [--sizes 100,1000,5000] [--rounds 11] [--no-train] [--profile 15] [--gc-freeze]
         [--data auto|femnist|synthetic] [--root DIR] [--json FILE] [--compare FILE]
 
 One FedAvg run of the linear model (scenarios/femnist_linear.toml: 784 -> 62, batch 32,
@@ -12,12 +12,14 @@ bookkeeping around training) and with real training. The first round is a warm-u
 the others, each round's wall time is split into training (the time inside
 ``train_cohort``) and the rest (round time minus training: selection, the SimPy
 events, link sharing, the cohort's data, the updates' checks and store, aggregation,
-records), and a run's figure is the median over its measured rounds: in wall-clock
-seconds, and in this process's CPU seconds (``time.process_time``), which a machine
-busy with other work inflates far less; also the seconds of the round spent in the
-cyclic garbage collector (``gc.callbacks``). ``--gc-freeze`` calls ``gc.freeze()``
-after the warm-up round, so that full collections skip every object built before it:
-a what-if for the engine (simfl itself does not). ``--profile N`` adds a profiled stub
+records), and a run's figure is the mean over its measured rounds, what a round costs
+on average (the median beside it: a cost that comes every few rounds, as Python's full
+garbage collections do, moves the mean, not the median): in wall-clock seconds, and in
+this process's CPU seconds (``time.process_time``), which a machine busy with other
+work inflates far less; also the seconds of the round spent in the cyclic garbage
+collector (``gc.callbacks``). ``--gc-freeze`` calls ``gc.freeze()`` after the warm-up
+round, a what-if for trees whose engine does not freeze the objects built before the
+rounds (simfl.runs.loop.frozen_heap). ``--profile N`` adds a profiled stub
 run per size, with the N functions of largest own time over the measured rounds
 (cProfile slows Python-heavy parts).
 
@@ -192,13 +194,14 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
         np.array(stamps), axis=0).T
     result: dict[str, Any] = {
         "k": k, "mode": mode, "data": "synthetic" if synthetic else "femnist",
-        "rounds": len(walls), "round_s": float(np.median(walls)),
-        "train_s": float(np.median(trains)),
-        "outside_s": float(np.median(walls - trains - evals)),
+        "rounds": len(walls), "round_s": float(np.mean(walls)),
+        "train_s": float(np.mean(trains)),
+        "outside_s": float(np.mean(walls - trains - evals)),
+        "outside_median_s": float(np.median(walls - trains - evals)),
         "outside_each_s": (walls - trains - evals).round(4).tolist(),
-        "gc_s": float(np.median(collections)), "gc_freeze": freeze,
-        "outside_cpu_s": float(np.median(cpus - train_cpus - eval_cpus)),
-        "train_cpu_s": float(np.median(train_cpus)),
+        "gc_s": float(np.mean(collections)), "gc_freeze": freeze,
+        "outside_cpu_s": float(np.mean(cpus - train_cpus - eval_cpus)),
+        "train_cpu_s": float(np.mean(train_cpus)),
         "load": os.getloadavg()[0], "threads": torch.get_num_threads(),
         "simfl": str(Path(simfl.__file__).parent)}
     if mode == "profile":
@@ -226,18 +229,20 @@ def child(k: int, mode: str, args: argparse.Namespace, synthetic: bool) -> dict[
 
 
 def table(results: list[dict[str, Any]], before: list[dict[str, Any]]) -> None:
-    """One row per (K, mode): seconds per round (wall clock, and this process's CPU time,
-    which a busy machine inflates less), and the before figures where given."""
+    """One row per (K, mode): mean seconds per round (wall clock, the median of the cost
+    outside training beside it, and this process's CPU time, which a busy machine
+    inflates less), and the before figures where given."""
     old = {(r["k"], r["mode"]): r for r in before}
     nan = float("nan")
-    print("| K | training | data | round (s) | training (s) | outside (s) | outside share "
-          "| outside, CPU (s) | gc (s) |"
+    print("| K | training | data | round (s) | training (s) | outside (s) | outside, median (s) "
+          "| outside share | outside, CPU (s) | gc (s) |"
           + (" outside before (s) | CPU before (s) | after / before |" if before else ""))
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if before else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if before else ""))
     for r in (r for r in results if r["mode"] != "profile"):
         cells = (f"| {r['k']:,} | {'stubbed' if r['mode'] == 'stub' else 'real'} | "
                  f"{r['data']} | {r['round_s']:.3f} | {r['train_s']:.3f} | "
-                 f"{r['outside_s']:.3f} | {100 * r['outside_s'] / r['round_s']:.1f} % | "
+                 f"{r['outside_s']:.3f} | {r.get('outside_median_s', nan):.3f} | "
+                 f"{100 * r['outside_s'] / r['round_s']:.1f} % | "
                  f"{r.get('outside_cpu_s', nan):.3f} | {r.get('gc_s', nan):.3f} |")
         b = old.get((r["k"], r["mode"]))
         if before:
@@ -266,7 +271,7 @@ def table(results: list[dict[str, Any]], before: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,5000", help="comma-separated cohort sizes")
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=int, default=11,
                         help="rounds per run (the first a warm-up)")
     parser.add_argument("--no-train", action="store_true", help="only the stubbed runs")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
