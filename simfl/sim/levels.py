@@ -189,6 +189,16 @@ def fill(paths: list[Path], links: list[int], capacity: list[float],
     over-subscribed ``links``), from their solving splits: each path's level, by index,
     with the splits left at the levels. ``link_paths``: the paths crossing each link;
     ``bound``: the level each link last bound at (updated), which orders the links."""
+    if len(links) == 1:  # one link: the paths crossing it share one level
+        link = links[0]
+        members = [p for p in paths if link in p.links]
+        level = solve(members, max(capacity[link], 0.0)) if members else math.inf
+        if level < math.inf:
+            bound[link] = level
+        shared = {p.index: level if link in p.links else math.inf for p in paths}
+        for path in paths:
+            path.align(shared[path.index])
+        return shared
     room = {link: capacity[link] for link in links}
     unfrozen = {p.index for p in paths if any(link in room for link in p.links)}
     levels: dict[int, float] = {}
