@@ -23,7 +23,7 @@ from simfl.scenario import TrainConfig
 from simfl.train.batched import TrainHParams, train_cohort
 from simfl.train.choose import BackendChoice
 from simfl.train.evaluate import CohortEval, evaluate_cohort
-from simfl.train.updates import finite_rows
+from simfl.train.updates import DeltaBuffers, finite_rows
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class LocalWork:
     streams: Streams
     class_major: bool = False  # the losses' log-softmax over classes (EvalConfig.class_major)
     backends: BackendChoice = field(default_factory=BackendChoice)  # auto's choices
+    buffers: DeltaBuffers = field(default_factory=DeltaBuffers)  # the rounds' (K, P) deltas
 
     def lr(self, round_idx: int) -> float:
         """The local learning rate of round (sync) or model version (async) ``round_idx``."""
@@ -64,7 +65,7 @@ class LocalWork:
         )
         seeds = self.streams.seeds("shuffle", round_idx, last=client_idx).tolist()
         result = train_cohort(self.model, params, self.data.train.cohort(client_idx), hparams,
-                              seeds, self.backends)
+                              seeds, self.backends, self.buffers)
         finite = finite_rows(result.deltas)
         for k in client_idx[~finite]:
             log.warning("round %d: dropped the update of client %s (NaN/Inf values)",

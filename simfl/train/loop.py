@@ -5,6 +5,15 @@ vector once, ordinary autograd on the module, the SGD step in place on its
 parameters (w ← (1 − lr (l2 + μ)) w − lr ∇CE + lr μ w_t, the objective of
 simfl.train.batched), the result read back once. It is the reference the batched
 kernels are tested against, and what ``auto`` picks where it is faster.
+
+On a CPU a convolutional model of known layers (simfl's ConvNets, an ``nn.Sequential``
+the stacked kernels know) trains in the channels-last memory format, as PyTorch's
+performance tuning guide advises for convolutions: oneDNN's convolutions take it
+without reordering, and 2×2 max-pooling's channels-last kernel is vectorised over the
+channels (32×24×24 feature maps of 10 images: 0.07 ms against 0.8 ms contiguous; a
+ConvNet round of 100 FEMNIST writers 4.7-5.0 s against the bare contiguous loop's
+6.0-6.6 s, interleaved on a busy machine: bench/round_speed.py). The same values up to
+float rounding.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ from torch.nn import functional
 from simfl.data.packed import ClientData
 from simfl.train.models import ParamLayout
 from simfl.train.plan import BatchPlan, TrainHParams
+from simfl.train.stacked import stacked_program
 from simfl.train.steps import as_inputs, autocast
+from simfl.train.updates import DeltaBuffers
 
 
 class LoopTrainer:
@@ -30,6 +41,9 @@ class LoopTrainer:
                  hp: TrainHParams, plan: BatchPlan) -> None:
         device, self.dtype = global_params.device, global_params.dtype
         self.module = copy.deepcopy(model).to(device=device, dtype=self.dtype)
+        self.channels_last = device.type == "cpu" and _convolutions_known(model)
+        if self.channels_last:
+            self.module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.layout = ParamLayout.of(model)
         named = dict(self.module.named_parameters())
         self.params = [named[n].requires_grad_(True) for n in self.layout.names]
@@ -48,8 +62,11 @@ class LoopTrainer:
         total = torch.zeros((), dtype=self.dtype, device=self.global_params.device)
         for s in range(steps):
             rows = self.plan.rows[k, s, : self.counts[k][s]].to(self.y.device)
+            xb = as_inputs(self.x[rows], self.dtype)
+            if self.channels_last and xb.dim() == 4:
+                xb = xb.contiguous(memory_format=torch.channels_last)
             with autocast(hp, self.y.device):
-                logits = self.module(as_inputs(self.x[rows], self.dtype))
+                logits = self.module(xb)
             loss = functional.cross_entropy(logits.float() if hp.precision == "bf16"
                                             else logits, self.y[rows])
             grads = torch.autograd.grad(loss, self.params)
@@ -63,10 +80,12 @@ class LoopTrainer:
             total += loss.detach()
         return total
 
-    def run(self) -> tuple[torch.Tensor, np.ndarray]:
-        """Every client's delta (K, P) and mean minibatch loss (K,)."""
+    def run(self, buffers: DeltaBuffers | None = None) -> tuple[torch.Tensor, np.ndarray]:
+        """Every client's delta (K, P), in ``buffers`` if given, and mean minibatch loss (K,)."""
         num_steps = self.plan.num_steps.tolist()
-        deltas = self.global_params.new_empty(len(num_steps), self.layout.numel)
+        deltas = (buffers.empty(len(num_steps), self.layout.numel, self.global_params)
+                  if buffers is not None
+                  else self.global_params.new_empty(len(num_steps), self.layout.numel))
         totals = self.global_params.new_zeros(len(num_steps))
         for k, steps in enumerate(num_steps):
             totals[k] = self.client(k, steps)
@@ -74,3 +93,11 @@ class LoopTrainer:
                 torch.cat([p.flatten() for p in self.params], out=deltas[k])
         deltas -= self.global_params
         return deltas, totals.cpu().numpy() / np.maximum(self.plan.num_steps, 1)
+
+
+def _convolutions_known(model: nn.Module) -> bool:
+    """Whether ``model`` has a 2-D convolution and only layers the stacked kernels know
+    (simfl.train.stacked), which all take channels-last images: a plug-in's own module
+    might ``view`` them as if they were contiguous."""
+    return (stacked_program(model) is not None
+            and any(isinstance(m, nn.Conv2d) for m in model.modules()))

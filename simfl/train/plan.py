@@ -24,7 +24,7 @@ class TrainHParams:
     prox_mu: float = 0.0  # (mu / 2) ||w - w_t||^2
     backend: Backend = "auto"
     precision: Precision = "fp32"
-    chunk: int = 0  # clients per batched call; 0: chunk_size decides (halved on GPU out-of-memory)
+    chunk: int = 0  # slots: clients per batched step; 0: chunk_size decides (halved on GPU OOM)
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,6 @@ class BatchPlan:
     rows: torch.Tensor  # (K, S, B) int64; padded entries point at row 0
     mask: torch.Tensor  # (K, S, B) bool, True for real samples
     num_steps: np.ndarray  # (K,) steps per client = epochs * ceil(n_k / B)
-
-    def take(self, idx: np.ndarray) -> BatchPlan:
-        """The plan of clients ``idx``, in that order."""
-        index = torch.from_numpy(idx)
-        return BatchPlan(self.rows[index], self.mask[index], self.num_steps[idx])
 
 
 def steps_of(num_samples: np.ndarray, epochs: int, batch_size: int) -> tuple[np.ndarray, int]:

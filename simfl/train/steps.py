@@ -19,7 +19,7 @@ from torch.nn import functional
 
 from simfl.train.models import LinearSoftmax
 from simfl.train.plan import TrainHParams
-from simfl.train.stacked import Params, StackedProgram, Tap, stacked_program
+from simfl.train.stacked import Params, StackedProgram, Tap, relu_mlp, stacked_program
 
 # (running params (m, *shape) by name, x (m, B, *input), y (m, B), mask (m, B), global
 # params by name) -> (m,) data losses; the params are updated in place
@@ -38,9 +38,13 @@ def as_inputs(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def batched_step(model: nn.Module, hp: TrainHParams) -> tuple[Step, str]:
     """The batched SGD step for ``model`` and its kernel's name: ``linear`` (closed form),
-    ``stacked`` (simfl.train.stacked) or ``vmap``."""
+    ``mlp`` (a ReLU MLP's backward pass by hand), ``stacked`` (simfl.train.stacked) or
+    ``vmap``."""
     if type(model) is LinearSoftmax and hp.precision != "bf16":
         return _linear_sgd_step(hp), "linear"
+    layers = relu_mlp(model) if hp.precision != "bf16" else None
+    if layers is not None:
+        return _mlp_sgd_step(layers, hp), "mlp"
     program = stacked_program(model)
     if program is not None:
         return _stacked_sgd_step(program, hp), "stacked"
@@ -133,6 +137,61 @@ def _vmap_sgd_step(model: nn.Module, hp: TrainHParams) -> Step:
     return step
 
 
+def _mlp_sgd_step(layers: list[tuple[str, str | None]], hp: TrainHParams) -> Step:
+    """One SGD step of every running client of a ReLU MLP (simfl.train.stacked.relu_mlp),
+    in place, with the backward pass written out by hand: no autograd, whose bookkeeping
+    costs about 0.1 ms a step (the 784-200-200-62 MLP, minibatches of 10, one thread:
+    1.30 against 1.21 ms a step of 10 clients, 0.31 against 0.18 ms of one).
+
+    Forward: a_0 = x flattened, z_i = a_(i−1) W_iᵀ + b_i (``baddbmm``), a_i = relu(z_i);
+    the last z is the logits. Backward: G = ω ⊙ (softmax(z) − onehot(y)) as in the
+    linear model's closed form, then from the last layer down: the input gradient
+    G W_i with the old W_i, W_i moved by −lr Gᵀ a_(i−1) in one fused ``baddbmm_`` (with
+    ℓ2 and FedProx as in the stacked step), b_i by −lr Σ_rows G, and G ← (G W_i) ⊙
+    [a_(i−1) > 0]: ATen's ``threshold_backward``, autograd's own ReLU backward (zero
+    where the output is not positive; 4 µs where a masked fill takes 20 on
+    (10, 10, 200)). The chain rule of backpropagation (Rumelhart, Hinton and Williams,
+    Nature 1986). Tested equal to the loop in float64 (tests/train/test_stacked.py)."""
+    decay = hp.l2 + hp.prox_mu
+
+    def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
+        inputs = [x.flatten(start_dim=2)]  # (m, B, D): each layer's input a_(i−1)
+        for i, (weight, bias) in enumerate(layers):
+            wt = params[weight].transpose(1, 2)
+            z = (torch.bmm(inputs[-1], wt) if bias is None
+                 else torch.baddbmm(params[bias].unsqueeze(1), inputs[-1], wt))
+            inputs.append(z.relu_() if i < len(layers) - 1 else z)
+        g, data_loss = _softmax_grad(inputs.pop(), y, mask)
+        for i in range(len(layers) - 1, -1, -1):
+            weight, bias = params[layers[i][0]], layers[i][1]
+            below = torch.bmm(g, weight) if i else None  # with W_i before its update
+            weight.baddbmm_(g.transpose(1, 2), inputs[i], beta=1 - hp.lr * decay,
+                            alpha=-hp.lr)
+            _prox(weight, global_params[layers[i][0]], hp)
+            if bias is not None:
+                params[bias].mul_(1 - hp.lr * decay).sub_(g.sum(dim=1), alpha=hp.lr)
+                _prox(params[bias], global_params[bias], hp)
+            if below is not None:  # ReLU's backward, as autograd computes it
+                g = torch.ops.aten.threshold_backward(below, inputs[i], 0)
+        return data_loss
+
+    return step
+
+
+def _softmax_grad(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """G = ω ⊙ (softmax(z) − onehot(y)) (m, B, C), the gradient of the clients' data
+    losses Σ_i ω_i CE(z_i, y_i) with respect to their logits z (m, B, C), and those
+    (m,) losses; ω_i = mask_i / max(Σ mask, 1), so padded rows weigh 0."""
+    log_p = torch.log_softmax(logits, dim=2)
+    w = mask.to(logits.dtype)
+    w = w / w.sum(dim=1, keepdim=True).clamp(min=1)  # (m, B)
+    nll = -log_p.gather(2, y.unsqueeze(2)).squeeze(2)
+    g = log_p.exp().scatter_add_(2, y.unsqueeze(2), -torch.ones_like(nll).unsqueeze(2))
+    g.mul_(w.unsqueeze(2))
+    return g, (nll * w).sum(dim=1)
+
+
 def _linear_sgd_step(hp: TrainHParams) -> Step:
     """One SGD step of every running client for :class:`LinearSoftmax`, in place, with the
     gradient of the data loss written out by hand: no autograd at all.
@@ -149,18 +208,13 @@ def _linear_sgd_step(hp: TrainHParams) -> Step:
         x = x.flatten(start_dim=2)  # (m, B, D)
         logits = (torch.bmm(x, weight.transpose(1, 2)) if bias is None  # (m, B, C)
                   else torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)))
-        log_p = torch.log_softmax(logits, dim=2)
-        w = mask.to(x.dtype)
-        w = w / w.sum(dim=1, keepdim=True).clamp(min=1)  # (m, B)
-        nll = -log_p.gather(2, y.unsqueeze(2)).squeeze(2)
-        g = log_p.exp().scatter_add_(2, y.unsqueeze(2), -torch.ones_like(nll).unsqueeze(2))
-        g.mul_(w.unsqueeze(2))  # (m, B, C): d(data loss) / d(logits)
+        g, data_loss = _softmax_grad(logits, y, mask)  # g: d(data loss) / d(logits)
         # W ← (1 − lr·decay) W − lr Gᵀx + lr μ W_t, the product fused with the decay
         weight.baddbmm_(g.transpose(1, 2), x, beta=1 - hp.lr * decay, alpha=-hp.lr)
         _prox(weight, global_params["fc.weight"], hp)
         if bias is not None:
             bias.mul_(1 - hp.lr * decay).sub_(g.sum(dim=1), alpha=hp.lr)
             _prox(bias, global_params["fc.bias"], hp)
-        return (nll * w).sum(dim=1)
+        return data_loss
 
     return step

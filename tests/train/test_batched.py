@@ -7,8 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from simfl.data.packed import ClientData
+from simfl.train import batched
 from simfl.train.batched import (
     CPU_CHUNK_BYTES,
     TrainHParams,
@@ -17,6 +19,7 @@ from simfl.train.batched import (
     plan_batches,
     train_cohort,
 )
+from simfl.train.loop import LoopTrainer
 from simfl.train.models import ParamLayout, build_model, initial_params
 from tests.conftest import make_cohort
 
@@ -150,6 +153,72 @@ def test_chunked_cohort_equals_the_whole_cohort(device: str) -> None:
         rel = (part.deltas - whole.deltas).norm(dim=1) / whole.deltas.norm(dim=1)
         assert rel.max().item() <= 1e-12
         np.testing.assert_allclose(part.train_losses, whole.train_losses, rtol=1e-12)
+
+
+def test_slot_steps_is_the_makespan_of_longest_first_list_scheduling() -> None:
+    """Steps 5, 3, 3, 2, 2, 1 in 2 slots, longest first into the slot that frees first:
+    slot A 5, then 2 (7), then 1 (8); slot B 3, 3 (6), then 2 (8): 8 steps."""
+    steps = np.array([2, 3, 1, 5, 3, 2])
+    assert batched.slot_steps(steps, 2) == 8
+    assert batched.slot_steps(steps, 1) == 16 and batched.slot_steps(steps, 6) == 5
+    assert batched.slot_steps(steps, 10) == 5 and batched.slot_steps(np.array([0, 4]), 3) == 4
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 7])
+def test_slots_take_the_next_client_and_equal_the_loop(width: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients of 0 to 33 samples in fewer slots than clients: a finished client's slot
+    takes the next one (or the last running slot, once none is left); every client's
+    update and loss are the loop's, in slot_steps steps of the slots."""
+    sizes = [7, 0, 33, 16, 1, 0, 21, 5]
+    data = make_cohort(sizes, (6,), num_classes=4)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 4))
+    params = initial_params(model, seed=4, dtype=torch.float64)
+    seeds = list(range(len(sizes)))
+    counted: list[int] = []
+    step = batched._Batched.step
+    monkeypatch.setattr(batched._Batched, "step",
+                        lambda self, m: counted.append(m) or step(self, m))
+    hp = TrainHParams(2, 4, 0.2, 1e-2, 0.1, "batched", chunk=width)
+    got = train_cohort(model, params, data, hp, seeds)
+    want = train_cohort(model, params, data, dataclasses.replace(hp, backend="loop"), seeds)
+    num_steps = 2 * -(-np.array(sizes) // 4)
+    assert len(counted) == batched.slot_steps(num_steps, width)
+    assert max(counted) == min(width, 6)  # 6 clients have samples
+    assert sum(counted) == num_steps.sum()  # every client-step once, none for padding
+    assert torch.equal(got.deltas[[1, 5]], torch.zeros(2, params.numel()))
+    rel = (got.deltas - want.deltas).norm(dim=1) / want.deltas.norm(dim=1).clamp(min=1e-300)
+    assert rel.max().item() <= 1e-10
+    np.testing.assert_allclose(got.train_losses, want.train_losses, rtol=1e-10)
+
+
+class ViewsItsImages(nn.Module):
+    """A plug-in that ``view``s a convolution's output, as if it were contiguous."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(1, 2, 3), nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return self.fc(y.view(y.shape[0], -1))
+
+
+def test_the_loop_takes_channels_last_only_for_layers_it_knows() -> None:
+    """simfl's ConvNets and known Sequentials train channels-last in the loop (equal to
+    the batched kernels: test_batched_equals_loop_in_float64); a plug-in's own module
+    keeps contiguous images, so its ``view`` still works."""
+    data = make_cohort([5, 9], (1, 6, 6), num_classes=3)
+    plan = plan_batches(data.num_samples, 1, 4, [0, 1])
+    for model, expected in ((build_model("cnn", (1, 6, 6), 3), True),
+                            (nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(),
+                                           nn.Linear(32, 3)), True),
+                            (nn.Sequential(nn.Flatten(), nn.Linear(36, 3)), False),
+                            (ViewsItsImages(), False)):
+        params = initial_params(model, seed=0, dtype=torch.float64)
+        trainer = LoopTrainer(model, params, data, TrainHParams(1, 4, 0.1), plan)
+        assert trainer.channels_last == expected
+        assert trainer.run()[0].abs().sum() > 0
 
 
 def test_precision_context_sets_and_restores_the_float32_modes() -> None:

@@ -78,7 +78,7 @@ def test_auto_trains_as_the_candidate_it_chose(monkeypatch: pytest.MonkeyPatch) 
     auto = train_cohort(model, params, data, hp, seeds, choice)
     (chosen,) = choice.record().values()
     assert set(chosen["predicted_s"]) == {"loop", "batched@1", "batched@5", "batched@all"}
-    assert chosen["kernel"] == "stacked" and chosen["clients"] == 12
+    assert chosen["kernel"] == "mlp" and chosen["clients"] == 12
     forced = TrainHParams(1, 4, 0.1, 1e-3, 0.1, chosen["backend"], chunk=chosen["chunk"])
     assert torch.equal(auto.deltas, train_cohort(model, params, data, forced, seeds).deltas)
 
@@ -163,7 +163,7 @@ def test_a_run_records_auto_s_choices_and_a_resume_keeps_them(
         assert main([str(scenario), "--out", str(out), "--quiet"]) == 128 + signal.SIGINT
     (chosen,) = manifest(out)["train_backend"].values()  # every round trains 6 devices
     assert manifest(out)["train_backend"] == {"4-7": chosen}
-    assert chosen["kernel"] == "stacked"
+    assert chosen["kernel"] == "mlp"  # a ReLU MLP: the hand-written backward pass
     assert "loop" in chosen["predicted_s"] and len(chosen["predicted_s"]) >= 2
     forced = {key: {"backend": "loop", "chunk": 0, "note": "edited"}
               for key in ("1-1", "2-3", "4-7", "8-15")}

@@ -17,7 +17,7 @@ from torch import nn
 from simfl.data.packed import ClientData
 from simfl.train.batched import TrainHParams, train_cohort
 from simfl.train.models import CharGRU, build_model, initial_params
-from simfl.train.stacked import stacked_program
+from simfl.train.stacked import relu_mlp, stacked_program
 from simfl.train.steps import batched_step
 from tests.conftest import make_cohort
 
@@ -67,7 +67,51 @@ def test_random_mlps(seed: int) -> None:
         width = out
     classes = int(rng.integers(2, 7))
     model = nn.Sequential(*layers, nn.Sequential(nn.Linear(width, classes)))  # nested too
-    assert_trains_as_the_loop(model, ragged(rng, shape, classes), rng)
+    only_relu = all(type(m) is nn.ReLU for m in layers[2::3])
+    assert_trains_as_the_loop(model, ragged(rng, shape, classes), rng,
+                              "mlp" if only_relu else "stacked")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_relu_mlps_by_hand(seed: int) -> None:
+    """ReLU MLPs (1-4 linear layers of random widths, with or without bias, eval-mode
+    dropout and identities between, nested Sequentials) take the hand-written backward
+    pass, equal to the loop's autograd."""
+    rng = np.random.default_rng(500 + seed)
+    shape = tuple(int(n) for n in rng.integers(1, 5, rng.integers(1, 4)))
+    width, classes = int(np.prod(shape)), int(rng.integers(2, 7))
+    layers: list[nn.Module] = [nn.Flatten()]
+    for i in range(int(rng.integers(0, 4))):
+        out = int(rng.integers(2, 20))
+        block = [nn.Linear(width, out, bias=bool(rng.integers(2))), nn.ReLU(inplace=i == 1),
+                 (nn.Dropout(0.3).eval(), nn.Identity(), nn.Dropout(0.0))[rng.integers(3)]]
+        layers += block if rng.integers(2) else [nn.Sequential(*block)]
+        width = out
+    model = nn.Sequential(*layers, nn.Linear(width, classes, bias=bool(rng.integers(2))))
+    assert relu_mlp(model) is not None
+    assert_trains_as_the_loop(model, ragged(rng, shape, classes), rng, kernel="mlp")
+
+
+def test_what_is_not_a_relu_mlp_is_detected() -> None:
+    """The hand-written backward pass takes Flatten(1, -1), then Linear layers with one
+    ReLU between each two, nothing else."""
+    linear = nn.Linear(4, 4)
+    assert relu_mlp(nn.Sequential(nn.Flatten(), nn.Linear(4, 3, bias=False), nn.ReLU(),
+                                  nn.Linear(3, 2))) == [("1.weight", None),
+                                                        ("3.weight", "3.bias")]
+    others = [nn.Sequential(nn.Linear(4, 2)),  # no Flatten
+              nn.Sequential(nn.Flatten(2), nn.Linear(4, 2)),
+              nn.Sequential(nn.Flatten(), nn.Linear(4, 2), nn.ReLU()),  # ReLU logits
+              nn.Sequential(nn.Flatten(), nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2)),
+              nn.Sequential(nn.Flatten(), nn.Linear(4, 4), nn.ReLU(), nn.ReLU(),
+                            nn.Linear(4, 2)),
+              nn.Sequential(nn.Flatten(), linear, nn.ReLU(), linear),  # listed twice
+              nn.Sequential(nn.Flatten(), nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 2)),
+              MySequential(nn.Flatten(), nn.Linear(4, 2)),
+              build_model("linear", (4,), 2)]
+    assert all(relu_mlp(m) is None for m in others)
+    hp = TrainHParams(1, 4, 0.1, precision="bf16")  # an autocast of the forward pass
+    assert batched_step(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), hp)[1] == "stacked"
 
 
 def random_conv_stack(rng: np.random.Generator, channels: int, height: int, width: int,
