@@ -10,10 +10,12 @@ evaluation, one torch thread. Models: the linear softmax, the MLP 784-200-200-62
 a plug-in would write it (``nn.Sequential``), the papers' ConvNet, and the plug-in
 of docs/extending.md (``mlp``: 784-32-62).
 
-Timed per round: simfl's ``train_cohort`` with ``auto`` (its choice made in the
-warm-up round and kept, as in a run), ``batched`` and ``loop``, and a bare loop
-(one ``nn.Module``, ``torch.optim.SGD``, ``loss.backward()``, minibatches from the
-same plan, DataLoader-free, the plan's shuffles included in its time). Each method
+Timed per round: simfl's ``train_cohort`` as a run calls it (``auto``'s choice made in
+the warm-up round and kept; the deltas written into memory reused from round to round,
+``simfl.train.updates.DeltaBuffers``) with ``auto``, ``batched`` and ``loop``, and a bare
+loop (one ``nn.Module``, ``torch.optim.SGD``, ``loss.backward()``, minibatches from the
+same plan, DataLoader-free, the plan's shuffles included in its time, each round's
+deltas written into a new tensor). Each method
 has one untimed warm-up round; then the methods take turns, round by round
 (interleaved, so a slow spell of the machine hits them alike), and each repetition
 gives a paired ratio bare / simfl. Printed: median (range) over the repetitions.
@@ -58,6 +60,10 @@ try:
     from simfl.train.choose import BackendChoice
 except ImportError:  # a checkout from before auto chose by timing: it chose by rule
     BackendChoice = None  # type: ignore[assignment,misc]
+try:
+    from simfl.train.updates import DeltaBuffers
+except ImportError:  # a checkout whose runs wrote every round's deltas to fresh memory
+    DeltaBuffers = None  # type: ignore[assignment,misc]
 
 BATCH, LR = 10, 0.1
 SIMFL = ("auto", "batched", "loop")
@@ -120,13 +126,19 @@ def new_choice() -> Any:
 
 
 def simfl_round(method: str, choice: Any) -> Callable[..., torch.Tensor]:
+    """``train_cohort`` as a run calls it: ``auto``'s choice kept over the rounds, and the
+    deltas written into memory reused from round to round (``DeltaBuffers``; a checkout
+    without them writes to fresh memory, as its runs did)."""
     hp = TrainHParams(1, BATCH, LR, backend=method)  # type: ignore[arg-type]
+    buffers = DeltaBuffers() if DeltaBuffers is not None else None
 
     def run(model: nn.Module, params: torch.Tensor, clients: ClientData,
             seeds: list[int]) -> torch.Tensor:
         if choice is None:
             return train_cohort(model, params, clients, hp, seeds).deltas
-        return train_cohort(model, params, clients, hp, seeds, choice).deltas
+        if buffers is None:
+            return train_cohort(model, params, clients, hp, seeds, choice).deltas
+        return train_cohort(model, params, clients, hp, seeds, choice, buffers).deltas
 
     return run
 

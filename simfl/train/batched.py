@@ -319,33 +319,35 @@ class _Batched:
         return deltas, totals.cpu().numpy() / np.maximum(self.num_steps, 1)
 
     def _settle(self, deltas: torch.Tensor, totals: torch.Tensor) -> None:
-        """Each running slot whose client has taken its last step: its parameters minus
-        the global ones into its row of ``deltas`` (one pass over fresh memory), its loss
-        total into ``totals``; then the next client into the slot, or the last running
-        slot."""
+        """Each running slot whose client has taken its last step, from the last slot
+        down: its parameters minus the global ones into its row of ``deltas`` (one pass
+        over fresh memory), its loss total into ``totals``; then the next client into the
+        slot, or, once none is left, the last running slot (a finished last slot just
+        ends: clients that all start at once, longest first, end from the last slot down
+        and are never copied)."""
         m = self.running
         if (self.at[:m] < self.num_steps[self.client[:m]]).all():
             return  # the common case, in one numpy pass
-        i = 0
-        while i < self.running:
-            client = int(self.client[i])
-            if self.at[i] < self.num_steps[client]:
-                i += 1
-                continue
-            parts = self.layout.unflatten(deltas[client]).values()  # views of its row
-            for (name, p), part in zip(self.params.items(), parts, strict=True):
-                torch.sub(p[i], self.global_named[name], out=part)
-            totals[client] = self.totals[i]
-            source = None if self.queue else self.running - 1
-            self.client[i] = self.queue.pop() if self.queue else self.client[source]
-            self.at[i] = 0 if source is None else self.at[source]
-            self.client_t[i], self.at_t[i] = int(self.client[i]), int(self.at[i])
-            if source is None:
-                for name, p in self.params.items():
-                    p[i].copy_(self.global_named[name])
-                self.totals[i] = 0
-            else:
-                for p in self.params.values():
-                    p[i].copy_(p[source])
-                self.totals[i] = self.totals[source]
-                self.running -= 1
+        for i in range(m - 1, -1, -1):  # the slots after i run unfinished clients
+            while i < self.running and self.at[i] >= self.num_steps[self.client[i]]:
+                client = int(self.client[i])
+                parts = self.layout.unflatten(deltas[client]).values()  # views of its row
+                for (name, p), part in zip(self.params.items(), parts, strict=True):
+                    torch.sub(p[i], self.global_named[name], out=part)
+                totals[client] = self.totals[i]
+                last = self.running - 1
+                if self.queue:  # the next client (one of no steps is written at once)
+                    self.client[i], self.at[i] = self.queue.pop(), 0
+                    for name, p in self.params.items():
+                        p[i].copy_(self.global_named[name])
+                    self.totals[i] = 0
+                else:
+                    self.running -= 1
+                    if i == last:
+                        break
+                    self.client[i], self.at[i] = self.client[last], self.at[last]
+                    for p in self.params.values():
+                        p[i].copy_(p[last])
+                    self.totals[i] = self.totals[last]
+            if i < self.running:
+                self.client_t[i], self.at_t[i] = int(self.client[i]), int(self.at[i])
