@@ -91,9 +91,9 @@ def frozen_heap() -> Iterator[None]:
     and the rest loaded: about 250,000; the population, the data, the model) are out of
     the cyclic garbage collector's reach: ``gc.freeze()`` after one collection, undone
     after (so a process that runs several runs collects each one's leftovers as before).
-    Python's full collections walk every object they track: at 1,000 clients a round,
-    one came every 5 rounds and took 0.13 s, about 0.025 s a round on average against
-    0.002 s frozen (bench/engine_cost.py, docs/foundation.md). The rounds' own objects
+    Python's full collections walk every object they track: at 1,000 clients a round
+    they took 0.039 s a round on average, against 0.005 s frozen (bench/engine_cost.py,
+    docs/runs/speed/engine_cost.md). The rounds' own objects
     (events, transfers, messages) are collected as before."""
     gc.collect()
     gc.freeze()

@@ -63,7 +63,7 @@ from simfl.train.plan import (  # noqa: F401 (re-exported: the names callers imp
     steps_of,
 )
 from simfl.train.steps import as_inputs, batched_step
-from simfl.train.updates import DeltaBuffers
+from simfl.train.updates import FRESH, DeltaBuffers
 
 
 @dataclass(frozen=True)
@@ -304,9 +304,9 @@ class _Batched:
 
     def run(self, buffers: DeltaBuffers | None = None) -> tuple[torch.Tensor, np.ndarray]:
         """Every client's delta (K, P), in ``buffers`` if given, and mean minibatch loss (K,)."""
-        k_total, numel = len(self.num_steps), self.global_params.numel()
-        deltas = (buffers.empty(k_total, numel, self.global_params) if buffers is not None
-                  else self.global_params.new_empty(k_total, numel))
+        k_total = len(self.num_steps)
+        deltas = (buffers or FRESH).empty(k_total, self.global_params.numel(),
+                                          self.global_params)
         totals = self.totals.new_zeros(k_total)
         if k_total == 0:
             return deltas, np.zeros(0)
@@ -329,13 +329,14 @@ class _Batched:
         if (self.at[:m] < self.num_steps[self.client[:m]]).all():
             return  # the common case, in one numpy pass
         for i in range(m - 1, -1, -1):  # the slots after i run unfinished clients
+            changed = False
             while i < self.running and self.at[i] >= self.num_steps[self.client[i]]:
                 client = int(self.client[i])
                 parts = self.layout.unflatten(deltas[client]).values()  # views of its row
                 for (name, p), part in zip(self.params.items(), parts, strict=True):
                     torch.sub(p[i], self.global_named[name], out=part)
                 totals[client] = self.totals[i]
-                last = self.running - 1
+                last, changed = self.running - 1, True
                 if self.queue:  # the next client (one of no steps is written at once)
                     self.client[i], self.at[i] = self.queue.pop(), 0
                     for name, p in self.params.items():
@@ -349,5 +350,5 @@ class _Batched:
                     for p in self.params.values():
                         p[i].copy_(p[last])
                     self.totals[i] = self.totals[last]
-            if i < self.running:
+            if changed and i < self.running:
                 self.client_t[i], self.at_t[i] = int(self.client[i]), int(self.at[i])

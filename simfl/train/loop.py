@@ -10,10 +10,8 @@ On a CPU a convolutional model of known layers (simfl's ConvNets, an ``nn.Sequen
 the stacked kernels know) trains in the channels-last memory format, as PyTorch's
 performance tuning guide advises for convolutions: oneDNN's convolutions take it
 without reordering, and 2×2 max-pooling's channels-last kernel is vectorised over the
-channels (32×24×24 feature maps of 10 images: 0.07 ms against 0.8 ms contiguous; a
-ConvNet round of 100 FEMNIST writers 4.7-5.0 s against the bare contiguous loop's
-6.0-6.6 s, interleaved on a busy machine: bench/round_speed.py). The same values up to
-float rounding.
+channels (a ConvNet round of 100 FEMNIST writers: 4.59 s against the bare contiguous
+loop's 5.77, docs/runs/speed/round_speed.md). The same values up to float rounding.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from simfl.train.models import ParamLayout
 from simfl.train.plan import BatchPlan, TrainHParams
 from simfl.train.stacked import stacked_program
 from simfl.train.steps import as_inputs, autocast
-from simfl.train.updates import DeltaBuffers
+from simfl.train.updates import FRESH, DeltaBuffers
 
 
 class LoopTrainer:
@@ -83,9 +81,7 @@ class LoopTrainer:
     def run(self, buffers: DeltaBuffers | None = None) -> tuple[torch.Tensor, np.ndarray]:
         """Every client's delta (K, P), in ``buffers`` if given, and mean minibatch loss (K,)."""
         num_steps = self.plan.num_steps.tolist()
-        deltas = (buffers.empty(len(num_steps), self.layout.numel, self.global_params)
-                  if buffers is not None
-                  else self.global_params.new_empty(len(num_steps), self.layout.numel))
+        deltas = (buffers or FRESH).empty(len(num_steps), self.layout.numel, self.global_params)
         totals = self.global_params.new_zeros(len(num_steps))
         for k, steps in enumerate(num_steps):
             totals[k] = self.client(k, steps)

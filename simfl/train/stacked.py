@@ -11,9 +11,7 @@ once with kernels that take the client axis as a batch axis:
   output channel k·O + o is client k's channel o. Activations stay in this
   "grouped" layout from one convolution to the next; on a CPU in the channels-last
   memory format (as simfl.train.loop: oneDNN takes it without reordering, and the
-  max-pools after it are vectorised over the channels: a ConvNet round of 40 FEMNIST
-  writers in 18 slots took 2.3-3.3 CPU s against 4.1-4.5 contiguous, interleaved on a
-  busy machine);
+  max-pools after it are vectorised over the channels);
 * parameter-free layers that act on each channel of each sample alone (activations,
   eval-mode dropout, 2-D max / average / adaptive pooling, ``nn.Identity``): on the
   grouped tensor as it is, or on the (m·B, ...) view of the per-client one;

@@ -139,9 +139,9 @@ def _vmap_sgd_step(model: nn.Module, hp: TrainHParams) -> Step:
 
 def _mlp_sgd_step(layers: list[tuple[str, str | None]], hp: TrainHParams) -> Step:
     """One SGD step of every running client of a ReLU MLP (simfl.train.stacked.relu_mlp),
-    in place, with the backward pass written out by hand: no autograd, whose bookkeeping
-    costs about 0.1 ms a step (the 784-200-200-62 MLP, minibatches of 10, one thread:
-    1.30 against 1.21 ms a step of 10 clients, 0.31 against 0.18 ms of one).
+    in place, with the backward pass written out by hand: no autograd and its
+    bookkeeping (the round's times against the stacked kernels' autograd:
+    docs/runs/speed/round_speed.md, "mlp" against "stacked").
 
     Forward: a_0 = x flattened, z_i = a_(i−1) W_iᵀ + b_i (``baddbmm``), a_i = relu(z_i);
     the last z is the logits. Backward: G = ω ⊙ (softmax(z) − onehot(y)) as in the
@@ -149,9 +149,9 @@ def _mlp_sgd_step(layers: list[tuple[str, str | None]], hp: TrainHParams) -> Ste
     G W_i with the old W_i, W_i moved by −lr Gᵀ a_(i−1) in one fused ``baddbmm_`` (with
     ℓ2 and FedProx as in the stacked step), b_i by −lr Σ_rows G, and G ← (G W_i) ⊙
     [a_(i−1) > 0]: ATen's ``threshold_backward``, autograd's own ReLU backward (zero
-    where the output is not positive; 4 µs where a masked fill takes 20 on
-    (10, 10, 200)). The chain rule of backpropagation (Rumelhart, Hinton and Williams,
-    Nature 1986). Tested equal to the loop in float64 (tests/train/test_stacked.py)."""
+    where the output is not positive). The chain rule of backpropagation (Rumelhart,
+    Hinton and Williams, Nature 1986). Tested equal to the loop in float64
+    (tests/train/test_stacked.py)."""
     decay = hp.l2 + hp.prox_mu
 
     def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202

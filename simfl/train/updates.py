@@ -73,6 +73,9 @@ class DeltaBuffers:
         return new.view(rows, cols)
 
 
+FRESH = DeltaBuffers(keep=0)  # keeps nothing: every call makes a new tensor
+
+
 class UpdateStore:
     def __init__(self) -> None:
         # (version, client) -> (the (K, P) matrix its cohort trained, its row there)
