@@ -140,8 +140,8 @@ def _vmap_sgd_step(model: nn.Module, hp: TrainHParams) -> Step:
 def _mlp_sgd_step(layers: list[tuple[str, str | None]], hp: TrainHParams) -> Step:
     """One SGD step of every running client of a ReLU MLP (simfl.train.stacked.relu_mlp),
     in place, with the backward pass written out by hand: no autograd and its
-    bookkeeping (the round's times against the stacked kernels' autograd:
-    docs/runs/speed/round_speed.md, "mlp" against "stacked").
+    bookkeeping (a round's times with this kernel and with the stacked kernels'
+    autograd are in docs/runs/speed/round_speed.md).
 
     Forward: a_0 = x flattened, z_i = a_(i−1) W_iᵀ + b_i (``baddbmm``), a_i = relu(z_i);
     the last z is the logits. Backward: G = ω ⊙ (softmax(z) − onehot(y)) as in the
