@@ -147,8 +147,11 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
     def train_cohort(model: Any, params: torch.Tensor, clients: Any, hparams: Any,
                      seeds: Any, *more: Any) -> Any:
         start, start_cpu = time.perf_counter(), time.process_time()
+        profiling = mode == "profile" and 1 <= len(stamps) < rounds
+        if profiling:
+            profile.disable()
         try:
-            if mode == "train":
+            if mode in ("train", "profile"):
                 return real_train(model, params, clients, hparams, seeds, *more)
             k_now = clients.num_clients
             return CohortResult(params.new_full((k_now, params.numel()), 1e-6),
@@ -156,6 +159,8 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
         finally:
             train_s[0] += time.perf_counter() - start
             train_cpu_s[0] += time.process_time() - start_cpu
+            if profiling:
+                profile.enable()
 
     aggregate, evaluate = Learner.aggregate, Learner.evaluate
 

@@ -10,17 +10,18 @@ access link or a link it crosses saturates. Rates change whenever a transfer sta
 ends, or is cancelled (its device went offline: it leaves its links at that instant,
 and :meth:`LinkSharing.cancel` says how many of its bytes had arrived).
 
-The rates are kept by path (simfl.sim.levels): the transfers of one path (a region, a
-direction) share a level λ_p and each runs at min(cap, λ_p). A start or an end on a
-path that crosses no over-subscribed link touches nothing else: the transfer runs at
-its cap, its completion in one heap. Otherwise only the paths joined to it through
-over-subscribed links (the connected component of its links) get new levels, and
-only the transfers that cross a level move: those above it share their path's
-virtual clock, which a new level leaves in place. So a start or an end costs
-O(paths × links + transfers moved), not O(transfers). The earliest completion is one
-pending SimPy timeout (stale ones are ignored), so a transfer costs O(log K) and a few
-SimPy events (its latency, its completion, at most one timer per start or end), not
-one per tick.
+A link that another carries every path of with no more capacity never limits a rate
+(:func:`can_bind`) and is left out. The rates are kept by path (simfl.sim.levels): the
+transfers of one path (a region, a direction) share a level λ_p and each runs at
+min(cap, λ_p). A start or an end on a path that crosses no over-subscribed link touches
+nothing else: the transfer runs at its cap, its completion in one heap. Otherwise only
+the paths joined to it through over-subscribed links (the connected component of its
+links) get new levels, and only the transfers that cross a level move: those above it
+share their path's virtual clock, which a new level leaves in place. So a start or an
+end costs O(paths × links + transfers moved), not O(transfers). The earliest completion
+is one pending SimPy timeout (stale ones are ignored), so a transfer costs O(log K) and
+a few SimPy events (its latency, its completion, at most one timer per start or end),
+not one per tick.
 
 A transfer that never meets an over-subscribed link arrives at its start plus bytes /
 cap, exactly (the links' demands are exact sums: simfl.sim.levels.exact). Under
@@ -82,6 +83,24 @@ class _Own:
         return due
 
 
+def can_bind(capacity: list[float], crossing: list[tuple[int, ...]]) -> list[bool]:
+    """Whether each link can ever be the one that limits a rate, given the links each
+    path crosses (``crossing``). A link is left out of the sharing where another link
+    carries every path it carries with no more capacity: under progressive filling
+    that other link saturates at a level no higher, freezing every path of this one
+    before this one could fill (ties: the link of more paths, then of lower index, is
+    kept). Which link dominates which is a strict order, so every path keeps a link of
+    those it crosses that binds. simfl's default topology is the usual case: a
+    region's link as wide as the server's, which carries every region's transfers."""
+    carried: list[set[int]] = [set() for _ in capacity]
+    for path, links in enumerate(crossing):
+        for link in links:
+            carried[link].add(path)
+    key = [(c, -len(p), i) for i, (c, p) in enumerate(zip(capacity, carried, strict=True))]
+    return [not any(key[j] < key[i] and carried[i] <= carried[j] for j in range(len(key)))
+            for i in range(len(key))]
+
+
 class LinkSharing:
     """Concurrent transfers on the network of ``paths``, in ``env``'s simulated time:
     max-min fair rates by path level (module docstring)."""
@@ -98,9 +117,11 @@ class LinkSharing:
         # a link's over-subscription or a path's being empty changes
         self._components: dict[int, tuple[list[Path], list[int]]] = {}
         self._leveled: list[Path] = []  # the paths with a level, in index order
-        self._path = [Path(2 * r + i, paths.region_links[direction][r])
-                      for r in range(len(paths.region_links["up"]))
-                      for i, direction in enumerate(DIRECTIONS)]
+        crossing = [paths.region_links[direction][r]
+                    for r in range(len(paths.region_links["up"])) for direction in DIRECTIONS]
+        binds = can_bind(self._capacity, crossing)
+        self._path = [Path(index, tuple(link for link in links if binds[link]))
+                      for index, links in enumerate(crossing)]
         self._link_paths: list[list[Path]] = [[] for _ in self._capacity]
         for path in self._path:
             for link in path.links:

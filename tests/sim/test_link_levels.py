@@ -13,7 +13,7 @@ import pytest
 import simpy
 
 from simfl.population.network import NetworkPaths
-from simfl.sim.links import LinkSharing
+from simfl.sim.links import LinkSharing, can_bind
 from tests.sim.test_links import make_paths, max_min_rates
 
 SEEDS = range(40)
@@ -156,6 +156,37 @@ def test_congestion_is_exercised() -> None:
         caps = paths.access_bytes_per_s["up"]
         shared += bool((max_min_rates(caps, member, capacity) < caps * (1 - 1e-9)).any())
     assert shared >= len(SEEDS) // 2
+
+
+def test_can_bind_by_hand() -> None:
+    # Link 0 (the server's, 10 B/s) carries regions 0-2, each also behind a link of its
+    # own: 10 B/s (as wide: it fills no sooner), 5 (thinner: it can bind), 20 (wider).
+    assert can_bind([10.0, 10.0, 5.0, 20.0], [(1, 0), (2, 0), (3, 0)]) == [
+        True, False, True, False]
+    # The same paths and capacity: one of the two is kept, the one of lower index.
+    assert can_bind([4.0, 4.0], [(0, 1), (1, 0)]) == [True, False]
+    # A wider link that carries more paths than a thinner one is not dominated by it.
+    assert can_bind([4.0, 9.0], [(0, 1), (1,)]) == [True, True]
+    # A thin link that carries both paths leaves out the wider link of each.
+    assert can_bind([1.0, 9.0, 9.0], [(0, 1), (0, 2)]) == [True, False, False]
+
+
+def test_left_out_links_would_have_been_over_subscribed() -> None:
+    """The random networks above leave out links that their transfers over-subscribe
+    (so the comparisons with the full recomputation, which keeps every link, test
+    leaving them out), and every path keeps a link it crosses that can bind."""
+    exercised = 0
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        paths, member, capacity = random_network(rng, 40)
+        crossing = [paths.region_links[d][r] for r in range(len(paths.region_links["up"]))
+                    for d in ("down", "up")]
+        binds = can_bind(list(capacity), crossing)
+        assert all(any(binds[link] for link in links) for links in crossing if links)
+        demand = member.T @ paths.access_bytes_per_s["up"]
+        exercised += bool(any(not b and d > c for b, d, c in zip(binds, demand, capacity,
+                                                                 strict=True)))
+    assert exercised >= 5
 
 
 def test_a_start_leaves_other_components_alone() -> None:
