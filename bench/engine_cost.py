@@ -2,6 +2,7 @@
 
     SIMFL_DATA_DIR=../shared/data OMP_NUM_THREADS=1 python bench/engine_cost.py
         [--sizes 100,1000,5000] [--rounds 11] [--no-train] [--profile 15] [--gc-freeze]
+        [--free-links]
         [--data auto|femnist|synthetic] [--root DIR] [--json FILE] [--compare FILE]
 
 One FedAvg run of the linear model (scenarios/femnist_linear.toml: 784 -> 62, batch 32,
@@ -19,9 +20,12 @@ this process's CPU seconds (``time.process_time``), which a machine busy with ot
 work inflates far less; also the seconds of the round spent in the cyclic garbage
 collector (``gc.callbacks``). ``--gc-freeze`` calls ``gc.freeze()`` after the warm-up
 round, a what-if for trees whose engine does not freeze the objects built before the
-rounds (simfl.runs.loop.frozen_heap). ``--profile N`` adds a profiled stub
-run per size, with the N functions of largest own time over the measured rounds
-(cProfile slows Python-heavy parts).
+rounds (simfl.runs.loop.frozen_heap). ``--profile N`` adds a profiled run per size
+(real training, the profiler paused inside ``train_cohort``), with the N functions of
+largest own time over the measured rounds outside training (cProfile slows
+Python-heavy parts). ``--free-links`` is a what-if that says what the shared network
+costs: every transfer takes its latency plus bytes / its access cap, as if no link were
+ever shared (one SimPy timeout, no max-min sharing: simfl.sim.links left out).
 
 Data: FEMNIST (writers of any size, 10 % of them unseen test devices: 3,237 training
 devices) where ``SIMFL_DATA_DIR`` holds it and it has K training devices; otherwise
@@ -116,15 +120,27 @@ def mem_available() -> float:
     return float("inf")
 
 
+class FreeLinks:
+    """--free-links: transfers at their access caps, never shared (module docstring)."""
+
+    def __init__(self, env: Any, paths: Any) -> None:
+        self.env, self.paths = env, paths
+
+    def transfer(self, device_idx: int, num_bytes: float, direction: str) -> Any:
+        cap = self.paths.access_bytes_per_s[direction].item(device_idx)
+        return self.env.timeout(self.paths.path_latency_s(device_idx, direction) + num_bytes / cap)
+
+
 def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
-        freeze: bool) -> dict[str, Any]:
+        freeze: bool, free_links: bool = False) -> dict[str, Any]:
     """Run in the child: the scenario at cohort ``k``; ``mode`` stub, train or profile;
-    ``freeze``: gc.freeze() after the warm-up round."""
+    ``freeze``: gc.freeze() after the warm-up round; ``free_links``: FreeLinks."""
     import numpy as np
     import torch
 
     import simfl
     import simfl.runs.build as run_build
+    import simfl.runs.loop as run_loop
     import simfl.train.local as local
     from simfl.cli import main
     from simfl.train.batched import CohortResult
@@ -184,6 +200,8 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
             eval_s[0] += time.perf_counter() - start
             eval_cpu_s[0] += time.process_time() - start_cpu
 
+    if free_links:
+        run_loop.LinkSharing = FreeLinks  # type: ignore[misc,assignment]
     local.train_cohort = train_cohort  # type: ignore[assignment]
     Learner.aggregate = stamped  # type: ignore[method-assign]
     Learner.evaluate = timed_eval  # type: ignore[method-assign]
@@ -204,7 +222,7 @@ def one(k: int, mode: str, rounds: int, synthetic: bool, top: int,
         "outside_s": float(np.mean(walls - trains - evals)),
         "outside_median_s": float(np.median(walls - trains - evals)),
         "outside_each_s": (walls - trains - evals).round(4).tolist(),
-        "gc_s": float(np.mean(collections)), "gc_freeze": freeze,
+        "gc_s": float(np.mean(collections)), "gc_freeze": freeze, "free_links": free_links,
         "outside_cpu_s": float(np.mean(cpus - train_cpus - eval_cpus)),
         "train_cpu_s": float(np.mean(train_cpus)),
         "load": os.getloadavg()[0], "threads": torch.get_num_threads(),
@@ -225,7 +243,8 @@ def child(k: int, mode: str, args: argparse.Namespace, synthetic: bool) -> dict[
     if args.root is not None:
         env["PYTHONPATH"] = str(Path(args.root).resolve())
     out = subprocess.run([sys.executable, __file__, "--one", str(k), mode, str(args.rounds),
-                          str(int(synthetic)), str(args.profile), str(int(args.gc_freeze))],
+                          str(int(synthetic)), str(args.profile), str(int(args.gc_freeze)),
+                          str(int(args.free_links))],
                          capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"K = {k} ({mode}): {out.stderr.strip()[-2000:]}")
@@ -245,7 +264,8 @@ def table(results: list[dict[str, Any]], before: list[dict[str, Any]]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if before else ""))
     for r in (r for r in results if r["mode"] != "profile"):
         cells = (f"| {r['k']:,} | {'stubbed' if r['mode'] == 'stub' else 'real'} | "
-                 f"{r['data']} | {r['round_s']:.3f} | {r['train_s']:.3f} | "
+                 f"{r['data']}{', free links' if r.get('free_links') else ''} | "
+                 f"{r['round_s']:.3f} | {r['train_s']:.3f} | "
                  f"{r['outside_s']:.3f} | {r.get('outside_median_s', nan):.3f} | "
                  f"{100 * r['outside_s'] / r['round_s']:.1f} % | "
                  f"{r.get('outside_cpu_s', nan):.3f} | {r.get('gc_s', nan):.3f} |")
@@ -267,7 +287,7 @@ def table(results: list[dict[str, Any]], before: list[dict[str, Any]]) -> None:
                   f"{100 * by_k[1000]['outside_s'] / by_k[1000]['round_s']:.1f} % of the "
                   "round (target <= 5 %)")
     for r in (r for r in results if r["mode"] == "profile"):
-        print(f"\nK = {r['k']:,}, training stubbed: largest own time per round (cProfile)")
+        print(f"\nK = {r['k']:,}: largest own time per round outside training (cProfile)")
         print("| function | calls | own (s) | cumulative (s) |\n|---|---|---|---|")
         for name, calls, own, cumulative in r["top"]:
             print(f"| {name} | {calls:,.0f} | {own:.4f} | {cumulative:.4f} |")
@@ -288,12 +308,14 @@ def main() -> None:
     parser.add_argument("--gc-freeze", action="store_true",
                         help="gc.freeze() after the warm-up round (what-if: full collections"
                              " then skip the objects built before it)")
-    parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS)  # child process
+    parser.add_argument("--free-links", action="store_true",
+                        help="what-if: transfers at their access caps, no link ever shared")
+    parser.add_argument("--one", nargs=7, help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
     if args.one is not None:
-        k, mode, rounds, synthetic, top, freeze = args.one
+        k, mode, rounds, synthetic, top, freeze, free = args.one
         print(json.dumps(one(int(k), mode, int(rounds), synthetic == "1", int(top),
-                             freeze == "1")))
+                             freeze == "1", free == "1")))
         return
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (the first is a warm-up)")

@@ -316,16 +316,15 @@ def _finish(server: _Server, rnd: _Round) -> Generator[simpy.Event, Any, None]:
 
 
 def _record(server: _Server, rnd: _Round) -> None:
-    recorder, learner, msg = server.wiring.recorder, server.learner, rnd.log.messages
+    recorder, learner, comm = server.wiring.recorder, server.learner, comm_rows(
+        rnd.index, rnd.log.messages)
     k = len(rnd.devices)
-    msg_device = np.array([m.device for m in msg], dtype=np.int64)
-    msg_up = np.array([m.direction == "up" for m in msg], dtype=bool)
-    msg_bytes = np.array([m.num_bytes for m in msg], dtype=np.int64)
-    pos = np.searchsorted(rnd.devices, msg_device)  # each message's device in the round
-    down = np.bincount(pos[~msg_up], msg_bytes[~msg_up], minlength=k).astype(np.int64)
-    up = np.bincount(pos[msg_up], msg_bytes[msg_up], minlength=k).astype(np.int64)
-    if msg:
-        recorder.write(comm_rows(rnd.index, msg))
+    msg_up = np.array([d == "up" for d in comm.direction], dtype=bool)
+    pos = np.searchsorted(rnd.devices, comm.client_idx)  # each message's device in the round
+    down = np.bincount(pos[~msg_up], comm.bytes[~msg_up], minlength=k).astype(np.int64)
+    up = np.bincount(pos[msg_up], comm.bytes[msg_up], minlength=k).astype(np.int64)
+    if rnd.log.messages:
+        recorder.write(comm)
     if k:
         recorder.write(client_rows(rnd.index, Outcomes(
             devices=rnd.devices, status=rnd.status.astype(str), loss=rnd.loss,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import simpy
@@ -67,8 +67,7 @@ class ExchangeLike(Protocol):
     def kind(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):  # a tuple: thousands a round, made and read in C
     device: int
     direction: Direction
     kind: str  # model / update / loss / quantile_protocol / secagg
@@ -104,8 +103,7 @@ class MessageLog:
         return sum(m.num_bytes for m in self.messages if m.direction == direction)
 
 
-@dataclass(frozen=True)
-class TaskPlan:
+class TaskPlan(NamedTuple):
     """What a device task does: download, compute, upload (0 bytes or seconds: skipped)."""
 
     down_bytes: int
@@ -143,13 +141,13 @@ def interrupt_at(env: simpy.Environment, t_s: float) -> None:
 
 
 def comm_rows(round_idx: int, messages: list[Message]) -> CommRows:
+    device, direction, kind, size, start, end, completed = (
+        zip(*messages, strict=True) if messages else ((),) * len(Message._fields))
     return CommRows(
-        round=round_idx, client_idx=np.array([m.device for m in messages], dtype=np.int64),
-        direction=[m.direction for m in messages], kind=[m.kind for m in messages],
-        bytes=np.array([m.num_bytes for m in messages], dtype=np.int64),
-        t_start_s=np.array([m.t_start_s for m in messages]),
-        t_end_s=np.array([m.t_end_s for m in messages]),
-        completed=np.array([m.completed for m in messages], dtype=bool))
+        round=round_idx, client_idx=np.array(device, dtype=np.int64),
+        direction=list(direction), kind=list(kind), bytes=np.array(size, dtype=np.int64),
+        t_start_s=np.array(start, dtype=np.float64), t_end_s=np.array(end, dtype=np.float64),
+        completed=np.array(completed, dtype=bool))
 
 
 def shadow_rows(round_idx: int, devices: np.ndarray,

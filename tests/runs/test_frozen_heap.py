@@ -39,6 +39,18 @@ def test_objects_made_inside_are_collected_and_the_freeze_is_undone() -> None:
     assert frozen() is None
 
 
+def test_young_collections_are_rarer_inside_and_as_before_after() -> None:
+    threshold = gc.get_threshold()
+    with loop.frozen_heap():
+        assert gc.get_threshold() == (max(threshold[0], loop.ROUND_GC_THRESHOLD),
+                                      *threshold[1:])
+        before = gc.get_stats()[0]["collections"]
+        for _ in range(loop.ROUND_GC_THRESHOLD // 2):
+            _Cycle()  # unreachable cycles: counted, kept until a collection
+        assert gc.get_stats()[0]["collections"] == before
+    assert gc.get_threshold() == threshold
+
+
 def test_a_run_simulates_its_rounds_inside_it(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     counts: list[int] = []
