@@ -186,7 +186,7 @@ def test_left_out_links_would_have_been_over_subscribed() -> None:
         demand = member.T @ paths.access_bytes_per_s["up"]
         exercised += bool(any(not b and d > c for b, d, c in zip(binds, demand, capacity,
                                                                  strict=True)))
-    assert exercised >= 5
+    assert exercised >= len(SEEDS) // 2  # 25 of the 40
 
 
 def test_a_start_leaves_other_components_alone() -> None:
