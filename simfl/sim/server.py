@@ -316,8 +316,8 @@ def _finish(server: _Server, rnd: _Round) -> Generator[simpy.Event, Any, None]:
 
 
 def _record(server: _Server, rnd: _Round) -> None:
-    recorder, learner, comm = server.wiring.recorder, server.learner, comm_rows(
-        rnd.index, rnd.log.messages)
+    recorder, learner = server.wiring.recorder, server.learner
+    comm = comm_rows(rnd.index, rnd.log.messages)
     k = len(rnd.devices)
     msg_up = np.array([d == "up" for d in comm.direction], dtype=bool)
     pos = np.searchsorted(rnd.devices, comm.client_idx)  # each message's device in the round

@@ -320,8 +320,8 @@ class _Batched:
 
     def _settle(self, deltas: torch.Tensor, totals: torch.Tensor) -> None:
         """Each running slot whose client has taken its last step, from the last slot
-        down: its parameters minus the global ones into its row of ``deltas`` (one pass
-        over fresh memory), its loss total into ``totals``; then the next client into the
+        down: its parameters minus the global ones into its row of ``deltas`` (one
+        pass), its loss total into ``totals``; then the next client into the
         slot, or, once none is left, the last running slot (a finished last slot just
         ends: clients that all start at once, longest first, end from the last slot down
         and are never copied)."""

@@ -40,8 +40,9 @@ def batched_step(model: nn.Module, hp: TrainHParams) -> tuple[Step, str]:
     """The batched SGD step for ``model`` and its kernel's name: ``linear`` (closed form),
     ``mlp`` (a ReLU MLP's backward pass by hand), ``stacked`` (simfl.train.stacked) or
     ``vmap``."""
-    if type(model) is LinearSoftmax and hp.precision != "bf16":
-        return _linear_sgd_step(hp), "linear"
+    if type(model) is LinearSoftmax and hp.precision != "bf16":  # a ReLU MLP of one layer
+        bias = "fc.bias" if model.fc.bias is not None else None
+        return _mlp_sgd_step([("fc.weight", bias)], hp), "linear"
     layers = relu_mlp(model) if hp.precision != "bf16" else None
     if layers is not None:
         return _mlp_sgd_step(layers, hp), "mlp"
@@ -144,14 +145,15 @@ def _mlp_sgd_step(layers: list[tuple[str, str | None]], hp: TrainHParams) -> Ste
     autograd are in docs/runs/speed/round_speed.md).
 
     Forward: a_0 = x flattened, z_i = a_(i−1) W_iᵀ + b_i (``baddbmm``), a_i = relu(z_i);
-    the last z is the logits. Backward: G = ω ⊙ (softmax(z) − onehot(y)) as in the
-    linear model's closed form, then from the last layer down: the input gradient
+    the last z is the logits. Backward: G = ω ⊙ (softmax(z) − onehot(y)) (masked weights
+    ω_i = mask_i / max(Σ mask, 1)), then from the last layer down: the input gradient
     G W_i with the old W_i, W_i moved by −lr Gᵀ a_(i−1) in one fused ``baddbmm_`` (with
     ℓ2 and FedProx as in the stacked step), b_i by −lr Σ_rows G, and G ← (G W_i) ⊙
     [a_(i−1) > 0]: ATen's ``threshold_backward``, autograd's own ReLU backward (zero
     where the output is not positive). The chain rule of backpropagation (Rumelhart,
-    Hinton and Williams, Nature 1986). Tested equal to the loop in float64
-    (tests/train/test_stacked.py)."""
+    Hinton and Williams, Nature 1986). With one layer this is :class:`LinearSoftmax`'s
+    step: the data loss's gradient is (Gᵀx, Σ_i G_i) in closed form. Tested equal to
+    the loop in float64 (tests/train/test_stacked.py, tests/train/test_batched.py)."""
     decay = hp.l2 + hp.prox_mu
 
     def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
@@ -190,31 +192,3 @@ def _softmax_grad(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     g = log_p.exp().scatter_add_(2, y.unsqueeze(2), -torch.ones_like(nll).unsqueeze(2))
     g.mul_(w.unsqueeze(2))
     return g, (nll * w).sum(dim=1)
-
-
-def _linear_sgd_step(hp: TrainHParams) -> Step:
-    """One SGD step of every running client for :class:`LinearSoftmax`, in place, with the
-    gradient of the data loss written out by hand: no autograd at all.
-
-    With logits z = x Wᵀ + b, masked weights ω_i = mask_i / max(Σ mask, 1) and
-    G = ω ⊙ (softmax(z) − onehot(y)), the data loss's gradient is (Gᵀx, Σ_i G_i); ℓ2
-    adds l2·W and FedProx μ(W − W_t); a model without a bias has z = x Wᵀ and only W.
-    Tested equal to the loop in float64 (tests/train/test_batched.py).
-    """
-    decay = hp.l2 + hp.prox_mu
-
-    def step(params, x, y, mask, global_params):  # noqa: ANN001, ANN202
-        weight, bias = params["fc.weight"], params.get("fc.bias")  # (m, C, D), (m, C)
-        x = x.flatten(start_dim=2)  # (m, B, D)
-        logits = (torch.bmm(x, weight.transpose(1, 2)) if bias is None  # (m, B, C)
-                  else torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)))
-        g, data_loss = _softmax_grad(logits, y, mask)  # g: d(data loss) / d(logits)
-        # W ← (1 − lr·decay) W − lr Gᵀx + lr μ W_t, the product fused with the decay
-        weight.baddbmm_(g.transpose(1, 2), x, beta=1 - hp.lr * decay, alpha=-hp.lr)
-        _prox(weight, global_params["fc.weight"], hp)
-        if bias is not None:
-            bias.mul_(1 - hp.lr * decay).sub_(g.sum(dim=1), alpha=hp.lr)
-            _prox(bias, global_params["fc.bias"], hp)
-        return data_loss
-
-    return step

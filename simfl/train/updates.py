@@ -65,7 +65,7 @@ class DeltaBuffers:
                     and _use_count(flat) == own):
                 return flat[:n].view(rows, cols)
         held = [b for b in self._buffers if _use_count(b[0]) != b[1]]
-        self._buffers = held[len(held) + 1 - self.keep:] if self.keep > 0 else []
+        self._buffers = held[max(0, len(held) + 1 - self.keep):] if self.keep > 0 else []
         new = like.new_empty(n)
         count = _use_count(new)
         if count is not None and self.keep > 0:
